@@ -1,0 +1,122 @@
+"""Per-log settings (Kafka's topic-level configs) and how they map to broker-level defaults.
+
+A ``LogConfig`` is built from the broker's ``log.*`` properties overlaid with a topic's own
+overrides, exactly as Kafka resolves them, so config code only has to hand over two mappings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Settings of one partition log, named after Kafka's topic configs (dots -> underscores)."""
+
+    segment_bytes: int = 1073741824  # segment.bytes
+    segment_ms: int = 168 * 3600 * 1000  # segment.ms
+    retention_ms: int = 168 * 3600 * 1000  # retention.ms; -1 = keep forever
+    retention_bytes: int = -1  # retention.bytes; -1 = no size limit
+    index_interval_bytes: int = 4096  # index.interval.bytes
+    segment_index_bytes: int = 10485760  # segment.index.bytes
+    flush_messages: int = LONG_MAX  # flush.messages
+    flush_ms: int | None = None  # flush.ms; None = never flush on a timer
+    message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
+    cleanup_policy: str = "delete"  # cleanup.policy (comma separated)
+    max_message_bytes: int = 1048588  # max.message.bytes (largest batch accepted)
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == LOG_APPEND_TIME
+
+    @property
+    def deletes(self) -> bool:
+        """Whether time/size retention applies (``delete`` is in cleanup.policy)."""
+        return "delete" in {p.strip() for p in self.cleanup_policy.split(",")}
+
+    def with_overrides(self, topic_props: Mapping[str, Any]) -> LogConfig:
+        """This config with topic-level properties (Kafka names, e.g. ``retention.ms``) applied."""
+        changes = {}
+        for key, value in topic_props.items():
+            attr = TOPIC_PROPERTY_TO_FIELD.get(key)
+            if attr is not None:
+                changes[attr] = _convert(attr, value)
+        return replace(self, **changes) if changes else self
+
+    @classmethod
+    def from_properties(
+        cls, broker_props: Mapping[str, Any] = {}, topic_props: Mapping[str, Any] = {}
+    ) -> LogConfig:
+        """Broker ``log.*`` defaults (with Kafka's hours/minutes fallbacks), then topic overrides."""
+        changes: dict[str, Any] = {}
+        for topic_key, broker_keys in TOPIC_TO_BROKER_PROPERTIES.items():
+            attr = TOPIC_PROPERTY_TO_FIELD[topic_key]
+            for broker_key, scale in broker_keys:
+                value = broker_props.get(broker_key)
+                if value is None or value == "":
+                    continue
+                value = _convert(attr, value)
+                if scale != 1 and value is not None and value >= 0:
+                    value *= scale
+                changes[attr] = value
+                break
+        return replace(cls(), **changes).with_overrides(topic_props)
+
+    def to_properties(self) -> dict[str, str]:
+        """Topic-level view (DescribeConfigs): Kafka names and string values."""
+        out = {}
+        for key, attr in TOPIC_PROPERTY_TO_FIELD.items():
+            value = getattr(self, attr)
+            out[key] = str(LONG_MAX if value is None else value)
+        return out
+
+
+TOPIC_PROPERTY_TO_FIELD: dict[str, str] = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "segment.index.bytes": "segment_index_bytes",
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "message.timestamp.type": "message_timestamp_type",
+    "cleanup.policy": "cleanup_policy",
+    "max.message.bytes": "max_message_bytes",
+}
+
+# Broker property (and multiplier to milliseconds) in Kafka's precedence order, per topic config.
+TOPIC_TO_BROKER_PROPERTIES: dict[str, tuple[tuple[str, int], ...]] = {
+    "segment.bytes": (("log.segment.bytes", 1),),
+    "segment.ms": (("log.roll.ms", 1), ("log.roll.hours", 3600 * 1000)),
+    "retention.ms": (
+        ("log.retention.ms", 1),
+        ("log.retention.minutes", 60 * 1000),
+        ("log.retention.hours", 3600 * 1000),
+    ),
+    "retention.bytes": (("log.retention.bytes", 1),),
+    "index.interval.bytes": (("log.index.interval.bytes", 1),),
+    "segment.index.bytes": (("log.index.size.max.bytes", 1),),
+    "flush.messages": (("log.flush.interval.messages", 1),),
+    "flush.ms": (("log.flush.interval.ms", 1),),
+    "message.timestamp.type": (("log.message.timestamp.type", 1),),
+    "cleanup.policy": (("log.cleanup.policy", 1),),
+    "max.message.bytes": (("message.max.bytes", 1),),
+}
+
+def _convert(attr: str, value: Any) -> Any:
+    if attr in ("message_timestamp_type", "cleanup_policy"):
+        if isinstance(value, (list, tuple)):
+            return ",".join(value)
+        return str(value).strip()
+    value = int(value)
+    if attr == "flush_ms" and value >= LONG_MAX:
+        return None  # Long.MAX_VALUE is how Kafka spells "never"
+    return value

@@ -1,0 +1,494 @@
+"""``Log``: one partition's ordered segments, shared by the file and the memory backends.
+
+Appends cost O(batches): every batch header is patched in place (base offset, optionally leader
+epoch and LogAppendTime + CRC), its index bookkeeping is done in the same pass, and the whole
+request buffer is then written with one call. Reads never decode records: they find the batch
+through the sparse index and walk headers from there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+import uuid
+from bisect import bisect_right
+from typing import Callable
+
+from protocol.records import LOG_OVERHEAD, BatchHeader, iter_records, set_log_append_time
+
+from .config import INT_MAX, LogConfig
+from .flush import GroupCommit
+from .index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
+from .segment import NO_TIMESTAMP, Segment
+from .store import (
+    AppendInfo,
+    KafkaStorageError,
+    OffsetOutOfRange,
+    ReadResult,
+    RecordTooLarge,
+)
+
+log = logging.getLogger(__name__)
+
+_pack_int64 = struct.Struct(">q").pack_into  # base offset, the first header field
+_pack_int32 = struct.Struct(">i").pack_into  # partition leader epoch, at byte 12
+
+TIMESTAMP_SCAN_BYTES = 64 * 1024
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Log:
+    """A partition log. Single-threaded: call it from the event loop only."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID | None,
+        config: LogConfig,
+        segments: list[Segment],
+        *,
+        new_segment: Callable[[int], Segment],
+        start_offset: int | None = None,
+        recovery_point: int | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        fsync: Callable[[int], None] = os.fsync,
+        executor=None,
+        directory: str | None = None,
+        on_start_offset_changed: Callable[[Log], None] | None = None,
+    ) -> None:
+        assert segments, "a log always has an active segment"
+        self.topic = topic
+        self.partition = partition
+        self.topic_id = topic_id
+        self.config = config
+        self.directory = directory
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._new_segment = new_segment
+        self._clock_ms = clock_ms
+        self._fsync = fsync
+        self._on_start_offset_changed = on_start_offset_changed
+        first = segments[0].base_offset
+        self.start_offset = first if start_offset is None else max(start_offset, first)
+        end = self.end_offset
+        rp = end if recovery_point is None else min(recovery_point, end)
+        self._committer = GroupCommit(self._prepare_flush, durable=rp, executor=executor)
+        self._flush_requested = end  # offsets below were flushed or a flush was asked for
+        self._last_flush_ms = clock_ms()
+        self._dir_dirty = False
+        self._sync_paths: list[str] = []  # files/dirs to fsync with the next flush
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.topic}-{self.partition}, start={self.start_offset}, "
+            f"end={self.end_offset}, segments={len(self._segments)})"
+        )
+
+    # -- offsets and sizes ---------------------------------------------------------------------
+
+    @property
+    def end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Offsets below this are known to be on disk (fsynced)."""
+        return self._committer.durable
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segments(self) -> list[Segment]:
+        return list(self._segments)
+
+    @property
+    def first_segment_base(self) -> int:
+        return self._segments[0].base_offset
+
+    # -- append --------------------------------------------------------------------------------
+
+    def append(
+        self,
+        data: bytearray | memoryview,
+        headers: list[BatchHeader],
+        *,
+        log_append_time_ms: int | None = None,
+        leader_epoch: int | None = None,
+    ) -> AppendInfo:
+        """Assign offsets to validated batches (patching ``data`` in place) and write them.
+
+        ``data`` must be writable and hold exactly the batches described by ``headers``.
+        """
+        if self._closed:
+            raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
+        if self._committer.failure is not None:
+            raise KafkaStorageError(f"log {self.topic}-{self.partition} is offline")
+        if not headers:
+            raise ValueError("nothing to append")
+        cfg = self.config
+        stamp = log_append_time_ms
+        if stamp is None and cfg.log_append_time:
+            stamp = self._clock_ms()
+        limit = cfg.max_message_bytes
+        span = 0
+        total = 0
+        max_ts = NO_TIMESTAMP
+        for h in headers:
+            size = h.batch_length + LOG_OVERHEAD
+            if size > limit:
+                raise RecordTooLarge(f"batch of {size} bytes exceeds max.message.bytes {limit}")
+            total += size
+            span += h.last_offset_delta + 1
+            if h.max_timestamp > max_ts:
+                max_ts = h.max_timestamp
+        if total != len(data):
+            raise ValueError(f"headers describe {total} bytes but data has {len(data)}")
+        if stamp is not None:
+            max_ts = stamp
+        first = self.end_offset
+        seg = self._segment_for(total, max_ts, first + span - 1)
+
+        base = seg.base_offset
+        seg_pos = seg.size
+        seg_max = seg.max_timestamp
+        seg_max_offset = seg.offset_of_max_timestamp
+        since = seg.bytes_since_index
+        interval = cfg.index_interval_bytes
+        new_entries = None
+        first_batch_ts = None
+        offset = first
+        pos = 0
+        for h in headers:
+            _pack_int64(data, pos, offset)
+            if leader_epoch is not None:
+                _pack_int32(data, pos + 12, leader_epoch)
+            if stamp is not None:
+                set_log_append_time(data, pos, stamp)
+                batch_max = stamp
+            else:
+                batch_max = h.max_timestamp
+            if first_batch_ts is None:
+                first_batch_ts = batch_max
+            last = offset + h.last_offset_delta
+            if batch_max > seg_max:
+                seg_max = batch_max
+                seg_max_offset = last
+            if since > interval:
+                if new_entries is None:
+                    new_entries = []
+                new_entries.append((last - base, seg_pos, seg_max, seg_max_offset - base))
+                since = 0
+            size = h.batch_length + LOG_OVERHEAD
+            since += size
+            seg_pos += size
+            pos += size
+            offset = last + 1
+
+        try:
+            seg.data.write(data, seg.size)
+        except OSError as e:
+            self._undo_partial_write(seg)
+            raise KafkaStorageError(f"write to {self.topic}-{self.partition} failed: {e}") from e
+
+        if seg.size == 0:
+            seg.rolling_timestamp = first_batch_ts
+        seg.size = seg_pos
+        seg.next_offset = offset
+        seg.max_timestamp = seg_max
+        seg.offset_of_max_timestamp = seg_max_offset
+        seg.bytes_since_index = since
+        seg.last_modified_ms = self._clock_ms()
+        if new_entries:
+            for rel, p, ts, ts_rel in new_entries:
+                seg.index.append(rel, p)
+                seg.time_index.maybe_append(ts, ts_rel)
+
+        needs_flush = offset - self._flush_requested >= cfg.flush_messages
+        if needs_flush:
+            self._flush_requested = offset
+        return AppendInfo(
+            first, offset - 1, -1 if stamp is None else stamp, self.start_offset, needs_flush
+        )
+
+    def _undo_partial_write(self, seg: Segment) -> None:
+        try:
+            seg.data.truncate(seg.size)
+        except OSError:
+            log.exception("could not undo a partial write to %s-%d", self.topic, self.partition)
+
+    def _segment_for(self, size: int, max_ts: int, last_offset: int) -> Segment:
+        """The active segment, rolled first if this append must not go into it (Kafka's rules)."""
+        seg = self._segments[-1]
+        if seg.size == 0:
+            return seg
+        cfg = self.config
+        if seg.rolling_timestamp >= 0:
+            waited = max_ts - seg.rolling_timestamp
+        else:
+            waited = self._clock_ms() - seg.created_ms
+        if (
+            seg.size > cfg.segment_bytes - size
+            or waited > cfg.segment_ms
+            or len(seg.index) >= cfg.segment_index_bytes // OFFSET_ENTRY_SIZE
+            or len(seg.time_index) >= cfg.segment_index_bytes // TIME_ENTRY_SIZE
+            or last_offset - seg.base_offset > INT_MAX
+        ):
+            seg = self.roll()
+        return seg
+
+    def roll(self) -> Segment:
+        """Seal the active segment and start a new one at the log end offset."""
+        old = self._segments[-1]
+        if old.size == 0:
+            return old
+        old.seal()
+        old.save_indexes()
+        seg = self._new_segment(old.next_offset)
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+        self._dir_dirty = True
+        return seg
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> ReadResult:
+        """Whole batches from the one holding ``offset`` (KIP-74: at least one if ``min_one``)."""
+        start, end = self.start_offset, self.end_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRange(offset, start, end)
+        result = ReadResult(start_offset=start, end_offset=end)
+        if offset == end:
+            return result
+        segs = self._segments
+        i = bisect_right(self._bases, offset) - 1
+        interval = self.config.index_interval_bytes
+        budget = max_bytes
+        while i < len(segs):
+            seg = segs[i]
+            i += 1
+            if offset >= seg.next_offset:
+                continue
+            view, batches, reached_end = seg.read(
+                offset, budget, min_one and not result.batches, interval, len(result.chunks)
+            )
+            if batches:
+                result.chunks.append(view)
+                result.size += len(view)
+                budget -= len(view)
+                result.batches += batches
+            if not reached_end or budget <= 0:
+                break
+            offset = seg.next_offset
+        return result
+
+    # -- timestamps ----------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
+        """``(timestamp, offset)`` of the first record at or after ``ts_ms`` (ListOffsets)."""
+        start = self.start_offset
+        interval = self.config.index_interval_bytes
+        for seg in self._segments:
+            if seg.max_timestamp < ts_ms or seg.next_offset <= start:
+                continue
+            rel = seg.time_index.lookup(ts_ms)
+            cursor = max(start, seg.base_offset + rel + 1 if rel >= 0 else seg.base_offset)
+            while cursor < seg.next_offset:
+                view, batches, _ = seg.read(cursor, TIMESTAMP_SCAN_BYTES, True, interval)
+                if not batches:
+                    break
+                for b in batches:
+                    h = b.header
+                    if h.max_timestamp >= ts_ms:
+                        found = _first_record_at_or_after(view[b.pos : b.pos + b.size], h, ts_ms, start)
+                        if found is not None:
+                            return found
+                cursor = batches[-1].last_offset + 1
+        return None
+
+    def max_timestamp(self) -> tuple[int, int]:
+        """``(timestamp, offset)`` of the first record with the largest timestamp, or (-1, -1)."""
+        best = None
+        for seg in self._segments:
+            if seg.max_timestamp > (best.max_timestamp if best else NO_TIMESTAMP):
+                best = seg
+        if best is None:
+            return NO_TIMESTAMP, -1
+        interval = self.config.index_interval_bytes
+        view, batches, _ = best.read(best.offset_of_max_timestamp, 1, True, interval)
+        if not batches:
+            return NO_TIMESTAMP, -1
+        h = batches[0].header
+        found = _first_record_at_or_after(view, h, best.max_timestamp, 0)
+        return found if found is not None else (h.max_timestamp, h.base_offset)
+
+    # -- deletion ------------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> None:
+        """DeleteRecords: move the log start offset up to ``offset``; drop whole segments below."""
+        end = self.end_offset
+        if offset > end or offset < 0:
+            raise OffsetOutOfRange(offset, self.start_offset, end)
+        if offset <= self.start_offset:
+            return
+        self._set_start_offset(offset)
+        self._drop_segments_below_start()
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete old segments by retention.ms / retention.bytes; the active one always stays."""
+        segs = self._segments
+        cfg = self.config
+        deleted = 0
+        if cfg.deletes:
+            if cfg.retention_ms >= 0:
+                while len(segs) > 1 and now_ms - segs[0].largest_timestamp > cfg.retention_ms:
+                    self._delete_oldest_segment("retention.ms")
+                    deleted += 1
+            if cfg.retention_bytes >= 0:
+                excess = self.size - cfg.retention_bytes
+                while len(segs) > 1 and excess >= segs[0].size:
+                    excess -= segs[0].size
+                    self._delete_oldest_segment("retention.bytes")
+                    deleted += 1
+        deleted += self._drop_segments_below_start()
+        if segs[0].base_offset > self.start_offset:
+            self._set_start_offset(segs[0].base_offset)
+        return deleted
+
+    def _drop_segments_below_start(self) -> int:
+        n = 0
+        while len(self._segments) > 1 and self._segments[1].base_offset <= self.start_offset:
+            self._delete_oldest_segment("below the log start offset")
+            n += 1
+        return n
+
+    def _delete_oldest_segment(self, reason: str) -> None:
+        seg = self._segments.pop(0)
+        self._bases.pop(0)
+        log.info(
+            "%s-%d: deleting segment %d..%d (%s)",
+            self.topic, self.partition, seg.base_offset, seg.next_offset - 1, reason,
+        )
+        seg.data.delete()
+
+    def _set_start_offset(self, offset: int) -> None:
+        self.start_offset = offset
+        if self._on_start_offset_changed is not None:
+            self._on_start_offset_changed(self)
+
+    # -- durability ----------------------------------------------------------------------------
+
+    async def flush(self, upto: int | None = None) -> None:
+        """Return once offsets below ``upto`` (default: everything appended) are fsynced."""
+        end = self.end_offset
+        target = end if upto is None else min(upto, end)
+        force = bool(self._sync_paths) or self._dir_dirty
+        if force or target > self._committer.durable:
+            await self._committer.wait(target, force=force)
+
+    def needs_sync(self, *paths: str) -> None:
+        """Have the next flush also fsync these paths (new files and their directories)."""
+        self._sync_paths.extend(p for p in paths if p not in self._sync_paths)
+
+    async def flush_if_needed(self, info: AppendInfo) -> None:
+        if info.needs_flush:
+            await self.flush(info.last_offset + 1)
+
+    def flush_due(self, now_ms: int) -> bool:
+        """Whether the periodic task should flush: flush.ms elapsed, or a rolled segment is dirty."""
+        durable = self._committer.durable
+        if self._committer.busy or self._closed or durable >= self.end_offset:
+            return False
+        if len(self._segments) > 1 and self._segments[-1].base_offset > durable:
+            return True
+        flush_ms = self.config.flush_ms
+        return flush_ms is not None and now_ms - self._last_flush_ms >= flush_ms
+
+    @property
+    def flush_rounds(self) -> int:
+        return self._committer.rounds
+
+    def _prepare_flush(self):
+        target = self.end_offset
+        durable = self._committer.durable
+        handles = []
+        try:
+            for seg in reversed(self._segments):
+                fd = seg.data.sync_handle()
+                if fd is not None:
+                    handles.append(fd)
+                if seg.base_offset <= durable:
+                    break
+            if self._dir_dirty and self.directory is not None:
+                handles.append(os.open(self.directory, os.O_RDONLY))
+            for path in self._sync_paths:
+                handles.append(os.open(path, os.O_RDONLY))
+            self._dir_dirty = False
+            self._sync_paths = []
+        except BaseException:
+            for fd in handles:
+                os.close(fd)
+            raise
+        self._last_flush_ms = self._clock_ms()
+        self._flush_requested = max(self._flush_requested, target)
+        if not handles:
+            return target, None
+        fsync = self._fsync
+
+        def job() -> None:
+            try:
+                for fd in handles:
+                    fsync(fd)
+            finally:
+                for fd in handles:
+                    os.close(fd)
+
+        return target, job
+
+    def close(self) -> None:
+        """Save indexes and release files; appends fail afterwards. Does not fsync (see flush)."""
+        if self._closed:
+            return
+        self._closed = True
+        active = self._segments[-1]
+        for seg in self._segments:
+            if seg is active or not seg.indexes_saved:
+                seg.save_indexes()
+            seg.data.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+def _first_record_at_or_after(
+    batch, header: BatchHeader, ts_ms: int, min_offset: int
+) -> tuple[int, int] | None:
+    """``(timestamp, offset)`` of the batch's first record with timestamp >= ts and offset >= min.
+
+    LogAppendTime batches give every record the batch's max timestamp; otherwise the records are
+    decoded (one batch only).
+    """
+    last = header.base_offset + header.last_offset_delta
+    if last < min_offset:
+        return None
+    if header.log_append_time:
+        if header.max_timestamp < ts_ms:
+            return None
+        return header.max_timestamp, max(header.base_offset, min_offset)
+    for rec in iter_records(batch):
+        if rec.timestamp >= ts_ms and rec.offset >= min_offset:
+            return rec.timestamp, rec.offset
+    return None

@@ -1,0 +1,185 @@
+"""Flush policy: group-committed fsync off the event loop, flush.messages, flush.ms, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+from broker.log.config import LogConfig
+from broker.log.file import FileLogStore
+from broker.log.store import KafkaStorageError
+
+from .test_log_support import TOPIC_ID, FakeClock, append, make_batch
+
+
+class CountingFsync:
+    """Injectable fsync: counts calls, can hold them on a gate, can fail."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.started = threading.Event()
+        self.gate: threading.Event | None = None
+        self.error: OSError | None = None
+        self.lock = threading.Lock()
+
+    def __call__(self, fd: int) -> None:
+        os.fstat(fd)  # the fd must be open and valid while we use it
+        with self.lock:
+            self.calls += 1
+        self.started.set()
+        if self.gate is not None:
+            assert self.gate.wait(10)
+        if self.error is not None:
+            raise self.error
+
+
+def make(tmp_path, fsync, clock=None, **config):
+    return FileLogStore(
+        str(tmp_path), default_config=LogConfig(**config), clock_ms=clock or FakeClock(), fsync=fsync
+    )
+
+
+async def test_concurrent_waiters_share_one_fsync(tmp_path):
+    fsync = CountingFsync()
+    store = make(tmp_path, fsync)
+    log = store.create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(1))
+    await log.flush()  # first flush also syncs the new files and directories
+    assert log.recovery_point == 1
+    first = fsync.calls
+    assert first >= 1
+
+    for i in range(5):
+        append(log, make_batch(2, tag=i))
+    fsync.calls = 0
+    rounds = log.flush_rounds
+    await asyncio.gather(*(log.flush() for _ in range(8)))
+    assert fsync.calls == 1  # one segment, one fsync, eight waiters
+    assert log.flush_rounds == rounds + 1
+    assert log.recovery_point == log.end_offset == 11
+    await log.flush()  # nothing new: no fsync at all
+    assert fsync.calls == 1
+    await store.close()
+
+
+async def test_waiters_arriving_during_an_fsync_share_the_next_one(tmp_path):
+    fsync = CountingFsync()
+    store = make(tmp_path, fsync)
+    log = store.create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(1))
+    await log.flush()
+    fsync.calls = 0
+    fsync.started.clear()
+    fsync.gate = threading.Event()
+    loop = asyncio.get_running_loop()
+
+    append(log, make_batch(1))
+    first = asyncio.ensure_future(log.flush())
+    await loop.run_in_executor(None, fsync.started.wait)  # the first fsync is now running
+    append(log, make_batch(1))  # written after the first fsync's snapshot
+    late = [asyncio.ensure_future(log.flush()) for _ in range(5)]
+    assert not first.done() and fsync.calls == 1
+    fsync.gate.set()
+    await asyncio.gather(first, *late)
+    assert fsync.calls == 2  # the five late waiters shared a single second fsync
+    assert log.recovery_point == 3
+    await store.close()
+
+
+async def test_flush_messages_asks_for_a_flush_every_n_offsets(tmp_path):
+    fsync = CountingFsync()
+    store = make(tmp_path, fsync, flush_messages=3)
+    log = store.create("t", 0, TOPIC_ID, None)
+    needs = []
+    for _ in range(7):
+        info = append(log, make_batch(1))
+        needs.append(info.needs_flush)
+        await log.flush_if_needed(info)
+    assert needs == [False, False, True, False, False, True, False]
+    assert log.recovery_point == 6
+    info = append(log, make_batch(5))  # one append spanning the interval
+    assert info.needs_flush
+    await store.close()
+
+
+async def test_default_policy_never_fsyncs_until_close(tmp_path):
+    fsync = CountingFsync()
+    store = make(tmp_path, fsync)
+    log = store.create("t", 0, TOPIC_ID, None)
+    for _ in range(50):
+        assert not append(log, make_batch(1)).needs_flush
+    assert fsync.calls == 0
+    await store.close()
+    assert fsync.calls >= 1 and log.recovery_point == 50
+
+
+async def test_periodic_flush_ms_and_rolled_segments(tmp_path):
+    fsync = CountingFsync()
+    clock = FakeClock(1_000_000)
+    store = make(tmp_path, fsync, clock, flush_ms=100)
+    timed = store.create("timed", 0, TOPIC_ID, None)
+    rolled = store.create("rolled", 0, TOPIC_ID, LogConfig(segment_bytes=1))
+    quiet = store.create("quiet", 0, TOPIC_ID, LogConfig())
+    append(timed, make_batch(1))
+    append(quiet, make_batch(1))
+    append(rolled, make_batch(1))
+    assert not any(lg.flush_due(clock.now) for lg in store.partitions())
+    append(rolled, make_batch(1))  # rolls: Kafka flushes the segment that became inactive
+    assert rolled.flush_due(clock.now)
+    await store.maintenance.run_once(clock.now)
+    assert (timed.recovery_point, rolled.recovery_point, quiet.recovery_point) == (0, 2, 0)
+    clock.now += 100
+    await store.maintenance.run_once(clock.now)
+    assert (timed.recovery_point, quiet.recovery_point) == (1, 0)
+    await store.close()
+
+
+async def test_maintenance_runs_retention_and_checkpoints(tmp_path):
+    fsync = CountingFsync()
+    clock = FakeClock(1_000_000)
+    store = FileLogStore(
+        str(tmp_path),
+        default_config=LogConfig(segment_bytes=1, retention_ms=1000),
+        clock_ms=clock,
+        fsync=fsync,
+        retention_check_interval_ms=500,
+        checkpoint_interval_ms=500,
+    )
+    log = store.create("t", 0, TOPIC_ID, None)
+    for _ in range(3):
+        append(log, make_batch(1, ts=1000))
+    await store.maintenance.run_once(clock.now)  # arms the timers
+    assert log.start_offset == 0
+    clock.now += 500
+    await store.maintenance.run_once(clock.now)
+    assert log.start_offset == 2
+    with open(tmp_path / "recovery-point-offset-checkpoint") as f:
+        assert f.read() == "0\n1\nt 0 3\n"  # rolled segments were flushed first
+    await store.close()
+
+
+async def test_background_task_starts_and_stops(tmp_path):
+    store = make(tmp_path, CountingFsync())
+    store.start()
+    store.start()  # idempotent
+    await store.stop()
+    await store.close()
+
+
+async def test_failed_fsync_takes_the_log_offline(tmp_path, caplog):
+    fsync = CountingFsync()
+    store = make(tmp_path, fsync)
+    log = store.create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(1))
+    fsync.error = OSError(5, "EIO")
+    with pytest.raises(KafkaStorageError):
+        await log.flush()
+    with pytest.raises(KafkaStorageError):
+        append(log, make_batch(1))
+    with pytest.raises(KafkaStorageError):
+        await log.flush()
+    await store.close()  # does not hang; no clean-shutdown marker after a failed flush
+    assert not (tmp_path / ".kafka_cleanshutdown").exists()

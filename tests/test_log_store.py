@@ -1,0 +1,378 @@
+"""Behaviour of a partition log, identical for the memory and the file backend."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.log.config import LogConfig
+from broker.log.store import OffsetOutOfRange, PartitionLog, RecordTooLarge
+from protocol.records import check_batches, iter_records, parse_header
+
+from .test_log_support import (  # noqa: F401  (fixtures)
+    TOPIC_ID,
+    FakeClock,
+    append,
+    blob,
+    close_store,
+    joined,
+    kind,
+    make_batch,
+    make_store,
+    open_store,
+    records_of,
+    result_batches,
+    stored_model,
+)
+
+
+def test_append_assigns_offsets_and_read_returns_patched_batches(make_store):
+    store = make_store()
+    log = store.create("orders", 0, TOPIC_ID, None)
+    assert isinstance(log, PartitionLog)
+    assert (log.start_offset, log.end_offset) == (0, 0)
+    info = append(log, make_batch(3, tag=1))
+    assert (info.first_offset, info.last_offset, info.log_append_time_ms, info.start_offset) == (0, 2, -1, 0)
+    info = append(log, make_batch(2, tag=2), make_batch(1, tag=3))  # two batches, one request
+    assert (info.first_offset, info.last_offset) == (3, 5)
+    assert log.end_offset == 6
+
+    res = log.read(0, 1 << 20)
+    batches = result_batches(res)
+    assert [(b.base_offset, b.last_offset) for b in res.batches] == [(0, 2), (3, 4), (5, 5)]
+    assert [h.base_offset for h in check_batches(joined(res))] == [0, 3, 5]  # CRCs still valid
+    assert [o for o, _ in records_of(batches[1])] == [3, 4]
+    assert (res.start_offset, res.end_offset, res.next_offset) == (0, 6, 6)
+    # reading from the middle of a batch starts with that batch
+    assert [b.base_offset for b in log.read(4, 1 << 20).batches] == [3, 5]
+
+
+def test_read_bounds_and_budget(make_store):
+    log = make_store().create("t", 0, TOPIC_ID, None)
+    sizes = []
+    for i in range(4):
+        b = make_batch(1, value_size=100 * (i + 1))
+        sizes.append(len(b))
+        append(log, b)
+    assert log.read(4, 100).batches == []  # at the end: nothing, no error
+    with pytest.raises(OffsetOutOfRange):
+        log.read(5, 100)
+    with pytest.raises(OffsetOutOfRange):
+        log.read(-1, 100)
+    # KIP-74: an oversized first batch is returned whole with min_one, nothing without
+    res = log.read(1, 10)
+    assert [b.base_offset for b in res.batches] == [1] and res.size == sizes[1]
+    assert log.read(1, 10, min_one=False).batches == []
+    # budget is never exceeded after the first batch
+    res = log.read(0, sizes[0] + sizes[1] + sizes[2] - 1)
+    assert [b.base_offset for b in res.batches] == [0, 1]
+    res = log.read(0, sum(sizes))
+    assert [b.base_offset for b in res.batches] == [0, 1, 2, 3]
+    assert [len(v) for v in res.views(1, 3)] == [sizes[1] + sizes[2]]
+
+
+def test_reads_across_segment_rolls(make_store):
+    log = make_store(segment_bytes=1000, index_interval_bytes=200).create("t", 0, TOPIC_ID, None)
+    for i in range(40):
+        append(log, make_batch(1 + i % 3, value_size=50, tag=i))
+    assert len(log.segments) > 5
+    assert all(s.size <= 1000 for s in log.segments)
+    model = stored_model(log)
+    assert [m[0] for m in model] == sorted(m[0] for m in model)
+    assert model[-1][1] + 1 == log.end_offset
+    res = log.read(0, 1 << 20)
+    assert len(res.chunks) == len(log.segments)
+    assert len(res.batches) == 40
+    for seg in log.segments[1:]:  # each segment file starts with its base offset
+        first = log.read(seg.base_offset, 1).batches[0]
+        assert first.base_offset == seg.base_offset
+
+
+def _expected_read(model, offset, max_bytes, min_one):
+    out, total = [], 0
+    for base, last, data in model:
+        if last < offset:
+            continue
+        if total + len(data) > max_bytes:
+            if not out and min_one:
+                out.append((base, data))
+            break
+        out.append((base, data))
+        total += len(data)
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kind=st.sampled_from(["memory", "file"]),
+    batches=st.lists(
+        st.tuples(st.integers(1, 6), st.integers(0, 400)), min_size=1, max_size=40
+    ),
+    segment_bytes=st.integers(100, 4000),
+    index_interval=st.integers(0, 1500),
+    reads=st.lists(
+        st.tuples(st.floats(0, 1), st.integers(1, 6000), st.booleans()), min_size=1, max_size=15
+    ),
+)
+def test_random_reads_match_brute_force(kind, batches, segment_bytes, index_interval, reads):
+    tmp = tempfile.mkdtemp()
+    try:
+        config = dict(segment_bytes=segment_bytes, index_interval_bytes=index_interval)
+        store = open_store(kind, tmp, **config)
+        log = store.create("t", 0, TOPIC_ID, None)
+        model = []
+        for i, (n, size) in enumerate(batches):
+            info = append(log, make_batch(n, value_size=size, tag=i))
+            model.append(info.first_offset)
+        model = stored_model(log)
+        assert [m[0] for m in model] == [
+            sum(n for n, _ in batches[:i]) for i in range(len(batches))
+        ]
+        end = log.end_offset
+
+        def check(log):
+            for frac, max_bytes, min_one in reads:
+                offset = int(frac * end)
+                res = log.read(offset, max_bytes, min_one=min_one)
+                got = [(b.base_offset, d) for b, d in zip(res.batches, result_batches(res))]
+                assert got == _expected_read(model, offset, max_bytes, min_one)
+
+        check(log)
+        if kind == "file":  # indexes saved on close and reloaded must agree too
+            close_store(store)
+            store = open_store(kind, tmp, **config)
+            log = store.get("t", 0)
+            assert log.end_offset == end
+            check(log)
+            close_store(store)
+    finally:
+        shutil.rmtree(tmp)
+
+
+def test_index_entries_point_at_batches(make_store):
+    log = make_store(index_interval_bytes=300).create("t", 0, TOPIC_ID, None)
+    for i in range(30):
+        append(log, make_batch(1 + i % 4, value_size=40 * (i % 5)))
+    (seg,) = log.segments
+    assert len(seg.index) >= 5
+    raw = seg.data.read(0, seg.size)
+    for rel, pos in zip(seg.index.offsets, seg.index.positions):
+        h = parse_header(raw, pos)
+        assert h.base_offset + h.last_offset_delta == seg.base_offset + rel
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    kind=st.sampled_from(["memory", "file"]),
+    stamps=st.lists(st.lists(st.integers(0, 1000), min_size=1, max_size=5), min_size=1, max_size=30),
+    segment_bytes=st.integers(150, 2000),
+    index_interval=st.integers(0, 500),
+    queries=st.lists(st.integers(-1, 1002), min_size=1, max_size=10),
+)
+def test_offset_for_timestamp_and_max_timestamp_match_brute_force(
+    kind, stamps, segment_bytes, index_interval, queries
+):
+    tmp = tempfile.mkdtemp()
+    try:
+        store = open_store(
+            kind, tmp, segment_bytes=segment_bytes, index_interval_bytes=index_interval
+        )
+        log = store.create("t", 0, TOPIC_ID, None)
+        for ts in stamps:
+            append(log, make_batch(len(ts), timestamps=ts, ts=ts[0]))
+        records = [r for _, _, b in stored_model(log) for r in records_of(b)]
+        for q in queries:
+            expected = next(((ts, off) for off, ts in records if ts >= q), None)
+            assert log.offset_for_timestamp(q) == expected
+        top = max(ts for _, ts in records)
+        assert log.max_timestamp() == (top, next(off for off, ts in records if ts == top))
+        # the log start offset hides earlier records
+        cut = records[len(records) // 2][0]
+        log.delete_records_before(cut)
+        for q in queries:
+            expected = next(((ts, off) for off, ts in records if ts >= q and off >= cut), None)
+            assert log.offset_for_timestamp(q) == expected
+        if kind == "file":
+            close_store(store)
+    finally:
+        shutil.rmtree(tmp)
+
+
+def test_empty_log_timestamps(make_store):
+    log = make_store().create("t", 0, TOPIC_ID, None)
+    assert log.max_timestamp() == (-1, -1)
+    assert log.offset_for_timestamp(0) is None
+
+
+def test_log_append_time_stamps_batches(make_store):
+    clock = FakeClock(77_000)
+    store = make_store(clock=clock, message_timestamp_type="LogAppendTime")
+    log = store.create("t", 0, TOPIC_ID, None)
+    info = append(log, make_batch(2, ts=5), make_batch(1, ts=6))
+    assert info.log_append_time_ms == 77_000
+    info = append(log, make_batch(1, ts=7), log_append_time_ms=88_000)
+    assert info.log_append_time_ms == 88_000
+    data = joined(log.read(0, 1 << 20))
+    headers = check_batches(data)  # CRC recomputed
+    assert [h.log_append_time for h in headers] == [True] * 3
+    assert [h.max_timestamp for h in headers] == [77_000, 77_000, 88_000]
+    assert [r.timestamp for r in iter_records(data)] == [77_000, 77_000]
+    assert log.max_timestamp() == (88_000, 3)
+    assert log.offset_for_timestamp(70_000) == (77_000, 0)
+    assert log.offset_for_timestamp(80_000) == (88_000, 3)
+
+
+def test_create_time_append_reports_no_append_time_and_keeps_bytes(make_store):
+    log = make_store().create("t", 0, TOPIC_ID, None)
+    batch = make_batch(2, ts=5)
+    append(log, batch)
+    stored = joined(log.read(0, 1 << 20))
+    assert stored[8:] == batch[8:]  # only the base offset may differ (here it is 0 anyway)
+
+
+def test_leader_epoch_is_stamped(make_store):
+    log = make_store().create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(1), leader_epoch=7)
+    (h,) = check_batches(joined(log.read(0, 1000)))
+    assert h.partition_leader_epoch == 7
+
+
+def test_batch_larger_than_max_message_bytes_is_rejected(make_store):
+    log = make_store(max_message_bytes=200).create("t", 0, TOPIC_ID, None)
+    with pytest.raises(RecordTooLarge):
+        append(log, make_batch(1, value_size=300))
+    assert log.end_offset == 0
+    append(log, make_batch(1, value_size=10))
+    assert log.end_offset == 1
+
+
+def test_append_rejects_mismatched_headers(make_store):
+    log = make_store().create("t", 0, TOPIC_ID, None)
+    buf, headers = blob(make_batch(1), make_batch(1))
+    with pytest.raises(ValueError):
+        log.append(buf, headers[:1])
+    assert log.end_offset == 0
+
+
+def _fill_one_batch_per_segment(log, timestamps):
+    for i, ts in enumerate(timestamps):
+        append(log, make_batch(1, ts=ts, value_size=50, tag=i))
+    assert len(log.segments) == len(timestamps)
+
+
+def test_retention_by_time_never_deletes_the_active_segment(make_store):
+    log = make_store(segment_bytes=1, retention_ms=5000).create("t", 0, TOPIC_ID, None)
+    _fill_one_batch_per_segment(log, [1000, 2000, 3000, 9000, 1500])
+    # now=8500: segments whose max timestamp is older than 3500 go, stopping at the first
+    # one to keep (like Kafka), so 1500 in the active segment does not matter
+    assert log.apply_retention(8500) == 3
+    assert [s.base_offset for s in log.segments] == [3, 4]
+    assert log.start_offset == 3
+    with pytest.raises(OffsetOutOfRange):
+        log.read(2, 100)
+    assert log.read(3, 1 << 20).batches[0].base_offset == 3
+    assert log.apply_retention(10**9) == 1  # everything expired: the active segment stays
+    assert [s.base_offset for s in log.segments] == [4]
+    assert (log.start_offset, log.end_offset) == (4, 5)
+    assert append(log, make_batch(1)).first_offset == 5
+
+
+def test_retention_by_bytes(make_store):
+    log = make_store(segment_bytes=1, retention_bytes=300).create("t", 0, TOPIC_ID, None)
+    _fill_one_batch_per_segment(log, [1] * 6)
+    seg_size = log.segments[0].size
+    assert log.size == 6 * seg_size
+    deleted = log.apply_retention(0)
+    # like Kafka: only whole segments whose removal keeps the log at or above retention.bytes
+    assert 300 <= log.size < 300 + seg_size
+    assert deleted == 6 - log.size // seg_size
+    assert log.start_offset == deleted
+
+
+def test_retention_respects_policy_and_unlimited(make_store):
+    log = make_store(segment_bytes=1, retention_ms=-1, cleanup_policy="compact").create(
+        "t", 0, TOPIC_ID, None
+    )
+    _fill_one_batch_per_segment(log, [1, 2, 3])
+    assert log.apply_retention(10**12) == 0
+    log.config = LogConfig(segment_bytes=1, retention_ms=-1, retention_bytes=-1)
+    assert log.apply_retention(10**12) == 0
+    log.config = LogConfig(segment_bytes=1, retention_ms=10)
+    assert log.apply_retention(10**12) == 2
+
+
+def test_delete_records_before(make_store):
+    log = make_store(segment_bytes=1).create("t", 0, TOPIC_ID, None)
+    _fill_one_batch_per_segment(log, [1, 2, 3, 4])
+    log.delete_records_before(2)
+    assert log.start_offset == 2
+    assert [s.base_offset for s in log.segments] == [2, 3]
+    with pytest.raises(OffsetOutOfRange):
+        log.read(1, 100)
+    log.delete_records_before(1)  # never moves backwards
+    assert log.start_offset == 2
+    with pytest.raises(OffsetOutOfRange):
+        log.delete_records_before(5)
+    log.delete_records_before(4)  # up to the end: active segment stays, nothing readable
+    assert (log.start_offset, log.end_offset, len(log.segments)) == (4, 4, 1)
+    assert log.read(4, 100).batches == []
+    assert append(log, make_batch(1)).start_offset == 4
+
+
+def test_start_offset_inside_a_batch(make_store):
+    log = make_store().create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(5))
+    log.delete_records_before(3)
+    res = log.read(3, 1000)  # the whole batch comes back; clients skip offsets below start
+    assert [b.base_offset for b in res.batches] == [0]
+    assert log.offset_for_timestamp(0) == (1000, 3)
+
+
+def test_time_based_roll(make_store):
+    clock = FakeClock()
+    log = make_store(clock=clock, segment_ms=1000).create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(1, ts=10_000))
+    append(log, make_batch(1, ts=10_900))
+    assert len(log.segments) == 1
+    append(log, make_batch(1, ts=11_001))  # more than segment.ms after the segment's first batch
+    assert [s.base_offset for s in log.segments] == [0, 2]
+
+
+def test_store_create_get_delete(make_store):
+    store = make_store()
+    a = store.create("__share_group_state", 3, TOPIC_ID, None)
+    b = store.create("my.topic_name-x", 0, None, None)
+    assert store.create("__share_group_state", 3, TOPIC_ID, None) is a
+    assert store.get("__share_group_state", 3) is a
+    assert {(lg.topic, lg.partition) for lg in store.partitions()} == {
+        ("__share_group_state", 3),
+        ("my.topic_name-x", 0),
+    }
+    append(b, make_batch(1))
+    store.delete("my.topic_name-x", 0)
+    assert store.get("my.topic_name-x", 0) is None
+    b2 = store.create("my.topic_name-x", 0, TOPIC_ID, None)
+    assert b2.end_offset == 0
+
+
+def test_config_from_kafka_properties():
+    cfg = LogConfig.from_properties(
+        {"log.retention.hours": "24", "log.roll.hours": 1, "log.segment.bytes": "1000",
+         "log.flush.interval.messages": "1"},
+        {"retention.ms": "5000", "message.timestamp.type": "LogAppendTime",
+         "cleanup.policy": "compact,delete", "unrelated": "x"},
+    )
+    assert cfg.retention_ms == 5000
+    assert cfg.segment_ms == 3600_000
+    assert cfg.segment_bytes == 1000
+    assert cfg.flush_messages == 1
+    assert cfg.log_append_time and cfg.deletes
+    assert LogConfig.from_properties({"log.retention.minutes": "2"}).retention_ms == 120_000
+    assert LogConfig.from_properties({"log.retention.ms": "-1"}).retention_ms == -1
+    assert LogConfig.from_properties({}) == LogConfig()
+    assert LogConfig().retention_ms == 604800000 and LogConfig().flush_ms is None
+    assert LogConfig().to_properties()["flush.ms"] == str((1 << 63) - 1)

@@ -12,11 +12,12 @@ crash leaves either the old or the new content.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import uuid
 from typing import Mapping
+
+from protocol.uuids import uuid_from_str, uuid_to_str
 
 CHECKPOINT_VERSION = 0
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -29,15 +30,14 @@ class CheckpointError(ValueError):
     """A checkpoint or metadata file exists but cannot be parsed."""
 
 
-def topic_id_to_str(topic_id: uuid.UUID) -> str:
-    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+topic_id_to_str = uuid_to_str
 
 
 def topic_id_from_str(text: str) -> uuid.UUID:
-    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-    if len(raw) != 16:
-        raise CheckpointError(f"topic id {text!r} is not 16 bytes")
-    return uuid.UUID(bytes=raw)
+    try:
+        return uuid_from_str(text)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
 
 
 def write_atomically(path: str, content: bytes, *, fsync: bool = True) -> None:

@@ -1,0 +1,79 @@
+"""``kshare-broker`` / ``python -m broker``: run a broker until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+import uvloop
+
+from .config import BrokerConfig, ConfigError, read_properties
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="kshare-broker", description="Run a kshare broker (Kafka protocol, share groups).")
+    ap.add_argument("--host", help="interface to listen on (default 127.0.0.1; sets listeners)")
+    ap.add_argument("--port", type=int, help="port to listen on (default 9092; 0 picks a free port)")
+    ap.add_argument("--data-dir", help="data directory (sets log.dirs; default ./data)")
+    ap.add_argument("--config", help="a server.properties-style file with Kafka broker properties")
+    ap.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE",
+        help="set a Kafka broker property; repeatable; wins over --config",
+    )
+    ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return ap.parse_args(argv)
+
+
+def build_config(args: argparse.Namespace) -> BrokerConfig:
+    props: dict[str, str] = {}
+    if args.config:
+        props.update(read_properties(args.config))
+    for item in args.override:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--override expects KEY=VALUE, got {item!r}")
+        props[key.strip()] = value.strip()
+    if args.host is not None or args.port is not None or "listeners" not in props:
+        host = args.host if args.host is not None else "127.0.0.1"
+        port = args.port if args.port is not None else 9092
+        props["listeners"] = f"PLAINTEXT://{host}:{port}"
+    if args.data_dir is not None:
+        props["log.dirs"] = args.data_dir
+    elif "log.dirs" not in props and "log.dir" not in props:
+        props["log.dirs"] = "./data"
+    return BrokerConfig(props)
+
+
+async def serve(config: BrokerConfig) -> None:
+    from .broker import Broker
+
+    broker = Broker(config)
+    host, port = await broker.start()
+    print(f"kshare listening on {host}:{port}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await broker.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        config = build_config(args)
+        uvloop.run(serve(config))
+    except ConfigError as e:
+        print(f"kshare-broker: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

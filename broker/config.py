@@ -1,0 +1,303 @@
+"""Broker configuration: Kafka's property names, types and defaults.
+
+Values come from (lowest to highest precedence) the defaults below, a ``server.properties``
+file (``--config``), and ``--override key=value`` flags. Unknown names are kept and reported
+as they are (Kafka logs them as unused), so a properties file written for Apache Kafka loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+# DescribeConfigs ConfigType ids
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, CLASS, PASSWORD = range(1, 10)
+TYPE_NAMES = {BOOLEAN: "boolean", STRING: "string", INT: "int", SHORT: "short", LONG: "long",
+              DOUBLE: "double", LIST: "list", CLASS: "class", PASSWORD: "password"}
+
+
+class ConfigError(ValueError):
+    """A property value that does not parse or is out of range (Kafka's ConfigException)."""
+
+
+@dataclass(frozen=True)
+class ConfigDef:
+    name: str
+    type: int
+    default: Any  # parsed value, or None for "no default" (null)
+    doc: str = ""
+    at_least: float | None = None
+    at_most: float | None = None
+    one_of: tuple[str, ...] | None = None
+    dynamic: bool = False  # may be changed at run time through (Incremental)AlterConfigs
+
+    def parse(self, raw: Any) -> Any:
+        """Turn a property string (or already-typed value) into this config's Python value."""
+        if raw is None:
+            return None
+        try:
+            if self.type == BOOLEAN:
+                if isinstance(raw, bool):
+                    value = raw
+                elif str(raw).strip().lower() in ("true", "false"):
+                    value = str(raw).strip().lower() == "true"
+                else:
+                    raise ValueError("expected true or false")
+            elif self.type in (INT, SHORT, LONG):
+                value = int(str(raw).strip())
+                limit = {INT: INT_MAX, SHORT: 32767, LONG: LONG_MAX}[self.type]
+                if not -limit - 1 <= value <= limit:
+                    raise ValueError("out of range for its type")
+            elif self.type == DOUBLE:
+                value = float(str(raw).strip())
+            elif self.type == LIST:
+                value = raw if isinstance(raw, list) else [s.strip() for s in str(raw).split(",") if s.strip()]
+            else:
+                value = str(raw).strip()
+        except ValueError as e:
+            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: {e}") from None
+        self.check(value)
+        return value
+
+    def check(self, value: Any) -> None:
+        if self.at_least is not None and value < self.at_least:
+            raise ConfigError(
+                f"Invalid value {value} for configuration {self.name}: Value must be at least {_num(self.at_least)}"
+            )
+        if self.at_most is not None and value > self.at_most:
+            raise ConfigError(
+                f"Invalid value {value} for configuration {self.name}: Value must be no more than {_num(self.at_most)}"
+            )
+        if self.one_of is not None:
+            values = value if isinstance(value, list) else [value]
+            for v in values:
+                if v not in self.one_of:
+                    raise ConfigError(
+                        f"Invalid value {v} for configuration {self.name}: String must be one of: "
+                        + ", ".join(self.one_of)
+                    )
+
+    def render(self, value: Any) -> str | None:
+        """The string DescribeConfigs shows for a value."""
+        if value is None:
+            return None
+        if self.type == BOOLEAN:
+            return "true" if value else "false"
+        if self.type == LIST:
+            return ",".join(value)
+        return str(value)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _d(name, type_, default, doc="", **kw) -> ConfigDef:
+    return ConfigDef(name, type_, default, doc, **kw)
+
+
+_DEFS: list[ConfigDef] = [
+    # --- identity and networking ---------------------------------------------------------
+    _d("node.id", INT, 1, "The node id of this broker (stored in meta.properties).", at_least=0),
+    _d("listeners", LIST, ["PLAINTEXT://127.0.0.1:9092"], "Listener URIs the broker binds to."),
+    _d("advertised.listeners", LIST, None, "Listeners published to clients; defaults to listeners."),
+    _d("log.dirs", STRING, None, "The data directory (kshare uses the first entry)."),
+    _d("log.dir", STRING, "/tmp/kafka-logs", "The data directory, used when log.dirs is not set."),
+    _d("socket.request.max.bytes", INT, 104857600, "The largest request the broker accepts.", at_least=1),
+    _d("socket.send.buffer.bytes", INT, 102400, "SO_SNDBUF of accepted sockets (-1: OS default)."),
+    _d("socket.receive.buffer.bytes", INT, 102400, "SO_RCVBUF of accepted sockets (-1: OS default)."),
+    _d("connections.max.idle.ms", LONG, 600000, "Idle connections are closed after this long."),
+    _d("max.connections", INT, INT_MAX, "Connections accepted at once.", at_least=0, dynamic=True),
+    _d("num.network.threads", INT, 3, "Accepted for compatibility; kshare runs one event loop.", at_least=1),
+    _d("num.io.threads", INT, 8, "Accepted for compatibility; kshare runs one event loop.", at_least=1),
+    _d("request.timeout.ms", INT, 30000, "Upper bound for internal waits (e.g. acks=all)."),
+    # --- topics -------------------------------------------------------------------------
+    _d("auto.create.topics.enable", BOOLEAN, True, "Create unknown topics on metadata requests and produce."),
+    _d("delete.topic.enable", BOOLEAN, True, "Whether DeleteTopics is allowed."),
+    _d("num.partitions", INT, 1, "Default partition count of auto-created topics.", at_least=1, dynamic=True),
+    _d("default.replication.factor", INT, 1, "Default replication factor of auto-created topics."),
+    _d("min.insync.replicas", INT, 1, "Minimum in-sync replicas for acks=all.", at_least=1, dynamic=True),
+    _d("message.max.bytes", INT, 1048588, "Largest record batch size allowed.", at_least=0, dynamic=True),
+    _d("compression.type", STRING, "producer", "Final compression of topics.",
+       one_of=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"), dynamic=True),
+    _d("fetch.max.bytes", INT, 57671680, "Largest fetch response the broker builds.", at_least=1024),
+    _d("offsets.topic.num.partitions", INT, 50, "Partitions of __consumer_offsets.", at_least=1),
+    _d("offsets.topic.replication.factor", SHORT, 3,
+       "Replication factor of __consumer_offsets (capped at the number of brokers, i.e. 1).", at_least=1),
+    _d("offsets.topic.segment.bytes", INT, 104857600, "Segment size of __consumer_offsets.", at_least=1),
+    # --- log ----------------------------------------------------------------------------
+    _d("log.segment.bytes", INT, 1073741824, "Segment file size.", at_least=14, dynamic=True),
+    _d("log.roll.ms", LONG, None, "Roll a segment after this long (overrides log.roll.hours).", dynamic=True),
+    _d("log.roll.hours", INT, 168, "Roll a segment after this many hours.", at_least=1),
+    _d("log.retention.ms", LONG, None, "Delete segments older than this (-1: forever).", dynamic=True),
+    _d("log.retention.minutes", INT, None, "Retention in minutes (when log.retention.ms is unset)."),
+    _d("log.retention.hours", INT, 168, "Retention in hours (when the finer settings are unset)."),
+    _d("log.retention.bytes", LONG, -1, "Delete old segments above this size per partition.", dynamic=True),
+    _d("log.retention.check.interval.ms", LONG, 300000, "How often retention runs.", at_least=1),
+    _d("log.index.interval.bytes", INT, 4096, "Bytes between offset index entries.", at_least=0, dynamic=True),
+    _d("log.index.size.max.bytes", INT, 10485760, "Maximum index file size.", at_least=4, dynamic=True),
+    _d("log.flush.interval.messages", LONG, LONG_MAX,
+       "fsync after this many messages; 1 makes every acknowledged produce durable.", at_least=1, dynamic=True),
+    _d("log.flush.interval.ms", LONG, None, "fsync at least this often (unset: never).", dynamic=True),
+    _d("log.flush.scheduler.interval.ms", LONG, LONG_MAX, "How often the flusher checks logs."),
+    _d("log.flush.offset.checkpoint.interval.ms", INT, 60000, "How often recovery points are saved.", at_least=0),
+    _d("log.message.timestamp.type", STRING, "CreateTime", "Timestamp type of new topics.",
+       one_of=("CreateTime", "LogAppendTime"), dynamic=True),
+    _d("log.message.timestamp.before.max.ms", LONG, LONG_MAX,
+       "Largest accepted age of a record timestamp.", at_least=0, dynamic=True),
+    _d("log.message.timestamp.after.max.ms", LONG, 3600000,
+       "Largest accepted lead of a record timestamp over the broker clock.", at_least=0, dynamic=True),
+    _d("log.cleanup.policy", LIST, ["delete"], "Cleanup policy of new topics.", one_of=("delete", "compact"),
+       dynamic=True),
+    # --- producers ----------------------------------------------------------------------
+    _d("producer.id.expiration.ms", INT, 86400000, "Producer state is kept this long after the last write.",
+       at_least=1, dynamic=True),
+    _d("transactional.id.expiration.ms", INT, 604800000, "Accepted for compatibility.", at_least=1),
+    _d("transaction.state.log.num.partitions", INT, 50, "Accepted for compatibility.", at_least=1),
+    # --- share coordinator (sizes of __share_group_state) --------------------------------
+    _d("share.coordinator.state.topic.num.partitions", INT, 50, "Partitions of __share_group_state.", at_least=1),
+    _d("share.coordinator.state.topic.replication.factor", SHORT, 3,
+       "Replication factor of __share_group_state (capped at 1).", at_least=1),
+    _d("share.coordinator.state.topic.segment.bytes", INT, 104857600, "Segment size of __share_group_state.",
+       at_least=1),
+    _d("share.coordinator.snapshot.update.records.per.snapshot", INT, 500,
+       "ShareUpdate records written per key before a ShareSnapshot.", at_least=0, at_most=500),
+]
+
+DEFS: dict[str, ConfigDef] = {}
+
+
+def register(defs: Iterable[ConfigDef]) -> None:
+    """Add definitions (other rooms own theirs, e.g. ``group.share.*``); names must be unique."""
+    for d in defs:
+        if d.name in DEFS:
+            raise ValueError(f"duplicate config definition {d.name}")
+        DEFS[d.name] = d
+
+
+register(_DEFS)
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Parse a Java .properties file (the subset server.properties files use)."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in Path(path).read_text().splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        for i, ch in enumerate(line):
+            if ch in "=:":
+                key, value = line[:i].strip(), line[i + 1:].strip()
+                break
+        else:
+            key, value = line, ""
+        props[key] = value
+    return props
+
+
+class BrokerConfig:
+    """Resolved broker properties with the source of each (static file/flag or default).
+
+    Dynamic changes (AlterConfigs on the BROKER resource) live in ``dynamic`` and win over the
+    static value; the broker persists them in its data directory.
+    """
+
+    def __init__(self, static: Mapping[str, Any] | None = None) -> None:
+        self.static: dict[str, str] = {k: str(v) for k, v in (static or {}).items()}
+        self.dynamic: dict[str, str] = {}
+        self._values: dict[str, Any] = {}
+        self._listeners: list[Callable[[set[str]], None]] = []
+        self._resolve()
+
+    def _resolve(self) -> None:
+        values = {}
+        for name, d in DEFS.items():
+            raw = self.dynamic.get(name, self.static.get(name))
+            values[name] = d.default if raw is None else d.parse(raw)
+        self._values = values
+
+    def __getitem__(self, name: str) -> Any:
+        if name in self._values:
+            return self._values[name]
+        return self.static.get(name)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        v = self[name]
+        return default if v is None else v
+
+    def source(self, name: str) -> int:
+        """DescribeConfigs ConfigSource: 2 dynamic broker, 4 static broker, 5 default."""
+        if name in self.dynamic:
+            return 2
+        if name in self.static:
+            return 4
+        return 5
+
+    def raw_properties(self) -> dict[str, str]:
+        """Every known property as the string Kafka would show (for LogConfig and friends)."""
+        out = {}
+        for name, d in DEFS.items():
+            rendered = d.render(self._values.get(name))
+            if rendered is not None:
+                out[name] = rendered
+        for name, value in self.static.items():
+            out.setdefault(name, value)
+        return out
+
+    def set_dynamic(self, changes: Mapping[str, str | None]) -> None:
+        """Apply dynamic changes (None deletes one); validates everything before changing anything."""
+        new = dict(self.dynamic)
+        for name, value in changes.items():
+            d = DEFS.get(name)
+            if d is None or not d.dynamic:
+                raise ConfigError(f"Cannot update these configs dynamically: {name}")
+            if value is None:
+                new.pop(name, None)
+            else:
+                d.parse(value)
+                new[name] = value
+        old = self.dynamic
+        self.dynamic = new
+        try:
+            self._resolve()
+        except ConfigError:
+            self.dynamic = old
+            self._resolve()
+            raise
+        changed = set(old.items()) ^ set(new.items())
+        for listener in self._listeners:
+            listener({k for k, _ in changed})
+
+    def on_change(self, listener: Callable[[set[str]], None]) -> None:
+        self._listeners.append(listener)
+
+    @property
+    def data_dir(self) -> Path:
+        dirs = self["log.dirs"] or self["log.dir"]
+        return Path(dirs.split(",")[0].strip())
+
+    def listener_address(self) -> tuple[str, int]:
+        """(host, port) of the first listener."""
+        return parse_listener(self["listeners"][0])
+
+    def advertised_address(self) -> tuple[str, int]:
+        adv = self["advertised.listeners"]
+        return parse_listener(adv[0]) if adv else self.listener_address()
+
+
+def parse_listener(uri: str) -> tuple[str, int]:
+    """``PLAINTEXT://host:port`` -> (host, port); an empty host means all interfaces."""
+    _, _, hostport = uri.partition("://")
+    host, _, port = hostport.rpartition(":")
+    if not port.isdigit():
+        raise ConfigError(f"Invalid listener {uri!r}: expected NAME://host:port")
+    return host.strip("[]"), int(port)

@@ -1,0 +1,85 @@
+"""Metadata: brokers, cluster id and topics (by name, or by topic id from v12).
+
+A single broker leads every partition with leader epoch 0. Unknown topics are created when
+``auto.create.topics.enable`` and the request allow it (synchronously, so the answer already
+carries the new topic instead of Kafka's transient LEADER_NOT_AVAILABLE).
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.metadata_response import (
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+from protocol.primitives import ZERO_UUID
+
+from ..authz import CLUSTER_OPERATIONS, NOT_REQUESTED, TOPIC_OPERATIONS
+
+API_KEY = 3
+MIN_VERSION, MAX_VERSION = 0, 13
+
+
+def topic_metadata(broker, topic, include_ops: bool) -> MetadataResponseTopic:
+    node = broker.node_id
+    return MetadataResponseTopic(
+        error_code=ErrorCode.NONE,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.internal,
+        partitions=[
+            MetadataResponsePartition(
+                partition_index=p, leader_id=node, leader_epoch=0,
+                replica_nodes=[node], isr_nodes=[node], offline_replicas=[],
+            )
+            for p in range(topic.partitions)
+        ],
+        topic_authorized_operations=TOPIC_OPERATIONS if include_ops else NOT_REQUESTED,
+    )
+
+
+def _error_topic(code: ErrorCode, name, topic_id=ZERO_UUID) -> MetadataResponseTopic:
+    return MetadataResponseTopic(error_code=code, name=name, topic_id=topic_id)
+
+
+async def handle(ctx, req) -> MetadataResponse:
+    broker = ctx.broker
+    v = ctx.api_version
+    include_ops = req.include_topic_authorized_operations
+    topics = []
+    # v0 uses an empty list for "all topics"; later versions use null.
+    if req.topics is None or (v == 0 and not req.topics):
+        topics = [topic_metadata(broker, t, include_ops) for t in broker.topics]
+    else:
+        allow_create = broker.config["auto.create.topics.enable"] and (v < 4 or req.allow_auto_topic_creation)
+        for t in req.topics:
+            if t.name is None:
+                if v < 12 or t.topic_id == ZERO_UUID:
+                    topics.append(_error_topic(ErrorCode.INVALID_REQUEST, None, t.topic_id))
+                    continue
+                topic = broker.topics.by_id(t.topic_id)
+                if topic is None:
+                    topics.append(_error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, t.topic_id))
+                else:
+                    topics.append(topic_metadata(broker, topic, include_ops))
+                continue
+            topic = broker.topics.get(t.name)
+            if topic is None and allow_create:
+                try:
+                    topic = broker.auto_create_topic(t.name)
+                except KafkaError as e:
+                    topics.append(_error_topic(e.code, t.name))
+                    continue
+            if topic is None:
+                topics.append(_error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, t.name))
+            else:
+                topics.append(topic_metadata(broker, topic, include_ops))
+    return MetadataResponse(
+        brokers=[MetadataResponseBroker(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)],
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=topics,
+        cluster_authorized_operations=CLUSTER_OPERATIONS if req.include_cluster_authorized_operations else NOT_REQUESTED,
+    )

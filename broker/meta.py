@@ -1,0 +1,55 @@
+"""``meta.properties``: the node id and cluster id a data directory belongs to.
+
+Written once in Kafka's KRaft format and checked on every start, so an id never changes under
+a data directory and a directory is never opened by a broker it does not belong to.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from protocol.uuids import random_uuid, uuid_from_str, uuid_to_str
+
+from .config import ConfigError, read_properties
+from .log.checkpoint import write_atomically
+
+META_FILE = "meta.properties"
+
+
+@dataclass(frozen=True)
+class MetaProperties:
+    node_id: int
+    cluster_id: str
+    directory_id: str
+
+
+def load_or_create(data_dir: str, node_id: int) -> MetaProperties:
+    path = os.path.join(data_dir, META_FILE)
+    if os.path.exists(path):
+        props = read_properties(path)
+        try:
+            stored = int(props["node.id"])
+            cluster_id = props["cluster.id"]
+            uuid_from_str(cluster_id)
+        except (KeyError, ValueError) as e:
+            raise ConfigError(f"{path} is damaged ({e}); refusing to guess the broker's identity") from None
+        if stored != node_id:
+            raise ConfigError(
+                f"Stored node id {stored} doesn't match previous node id {node_id} in {path}. "
+                "If you moved your data, make sure your configured node id matches."
+            )
+        return MetaProperties(stored, cluster_id, props.get("directory.id", ""))
+    os.makedirs(data_dir, exist_ok=True)
+    meta = MetaProperties(node_id, uuid_to_str(random_uuid()), uuid_to_str(random_uuid()))
+    text = (
+        "#\n"
+        f"#{time.strftime('%a %b %d %H:%M:%S %Z %Y')}\n"
+        f"cluster.id={meta.cluster_id}\n"
+        f"directory.id={meta.directory_id}\n"
+        f"node.id={meta.node_id}\n"
+        "version=1\n"
+    )
+    write_atomically(path, text.encode(), fsync=True)
+    return meta

@@ -1,0 +1,307 @@
+"""The network layer: size-prefixed frames in, responses out in request order.
+
+Like Kafka's SocketServer, each connection handles one request at a time and answers in the
+order requests arrived (clients pipeline; the broker never reorders). Frames that arrive while
+a request is being handled wait in a bounded queue; past the bound the socket stops being
+read, and while the transport's write buffer is full no new request starts (``drain``
+back-pressure). A frame whose size is negative or above ``socket.request.max.bytes``, or whose
+header or body does not parse, closes the connection: the broker logs it and keeps serving
+everyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Callable
+
+from protocol.errors import ErrorCode
+from protocol.message import UnsupportedVersionError
+from protocol.messages import FIRST_FLEXIBLE
+from protocol.messages.api_versions_response import ApiVersionsResponse
+from protocol.messages.request_header import RequestHeader
+from protocol.primitives import DecodeError
+
+from .context import RequestContext
+from .handlers import REGISTRY, supported_api_versions
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger("kshare.server")
+
+_SIZE = struct.Struct(">i")
+_KEY_VERSION = struct.Struct(">hhi")
+API_VERSIONS_KEY = 18
+MAX_QUEUED_FRAMES = 32
+
+
+def request_header_version(api_key: int, api_version: int) -> int:
+    first = FIRST_FLEXIBLE.get(api_key)
+    return 2 if first is not None and api_version >= first else 1
+
+
+def response_header_version(api_key: int, api_version: int) -> int:
+    if api_key == API_VERSIONS_KEY:
+        return 0  # so a client that does not know our versions can still read the answer
+    first = FIRST_FLEXIBLE.get(api_key)
+    return 1 if first is not None and api_version >= first else 0
+
+
+class CloseConnection(Exception):
+    """Raised by the request pipeline when Kafka would drop the connection."""
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.broker = server.broker
+        self.transport: asyncio.Transport | None = None
+        self.peer: tuple[str, int] = ("", 0)
+        self._buf = bytearray()
+        self._frames: deque[bytearray] = deque()
+        self._wakeup: asyncio.Future | None = None
+        self._writable: asyncio.Future | None = None
+        self._reading_paused = False
+        self._closed = False
+        self._worker: asyncio.Task | None = None
+        self._close_callbacks: list[Callable[[], None]] = []
+        self.busy = False
+        self.last_active = time.monotonic()
+
+    # --- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername") or ("", 0)
+        self.peer = (peer[0], peer[1])
+        self.server.connections.add(self)
+        self._worker = asyncio.get_running_loop().create_task(self._run())
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        buf = self._buf
+        buf += data
+        limit = self.server.max_request_bytes
+        pos = 0
+        n = len(buf)
+        while n - pos >= 4:
+            (size,) = _SIZE.unpack_from(buf, pos)
+            if size < 0 or size > limit:
+                log.warning(
+                    "closing connection from %s:%d: request size %d outside [0, socket.request.max.bytes=%d]",
+                    *self.peer, size, limit,
+                )
+                self.close()
+                return
+            if n - pos - 4 < size:
+                break
+            self._frames.append(buf[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        if self._frames:
+            self._wake()
+            if len(self._frames) >= MAX_QUEUED_FRAMES and not self._reading_paused:
+                self._reading_paused = True
+                self.transport.pause_reading()
+
+    def eof_received(self):
+        return False  # close our side too once the worker has finished
+
+    def connection_lost(self, exc) -> None:
+        self._closed = True
+        self.server.connections.discard(self)
+        self._wake()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        for cb in self._close_callbacks:
+            try:
+                cb()
+            except Exception:  # pragma: no cover - a hook must never break teardown
+                log.exception("connection close hook failed")
+        self._close_callbacks.clear()
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    # --- public ---------------------------------------------------------------------------
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` when the connection goes away (e.g. to drop a share session)."""
+        if self._closed:
+            callback()
+        else:
+            self._close_callbacks.append(callback)
+
+    def close(self) -> None:
+        if not self._closed and self.transport is not None:
+            self._closed = True
+            self.transport.close()
+            self._wake()
+
+    # --- request pipeline -----------------------------------------------------------------
+
+    def _wake(self) -> None:
+        w = self._wakeup
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._closed:
+                if not self._frames:
+                    if self.server.stopping:
+                        break
+                    self._wakeup = loop.create_future()
+                    await self._wakeup
+                    self._wakeup = None
+                    continue
+                frame = self._frames.popleft()
+                if self._reading_paused and len(self._frames) < MAX_QUEUED_FRAMES // 2:
+                    self._reading_paused = False
+                    self.transport.resume_reading()
+                self.busy = True
+                try:
+                    parts = await self._handle(frame)
+                finally:
+                    self.busy = False
+                if parts is not None and not self._closed:
+                    self.transport.writelines(parts)
+                    self.last_active = time.monotonic()
+                    if self._writable is not None and not self._writable.done():
+                        await self._writable
+        except CloseConnection:
+            pass
+        except asyncio.CancelledError:
+            pass
+        except Exception:
+            log.exception("unexpected error on connection from %s:%d; closing it", *self.peer)
+        finally:
+            self.close()
+
+    async def _handle(self, frame: bytearray):
+        """Decode, dispatch and encode one request; None means no response (acks=0)."""
+        if len(frame) < 8:
+            log.warning("closing connection from %s:%d: %d-byte frame is too short for a header", *self.peer, len(frame))
+            raise CloseConnection
+        api_key, api_version, correlation_id = _KEY_VERSION.unpack_from(frame, 0)
+        handler = REGISTRY.get(api_key)
+        if handler is None:
+            log.warning("closing connection from %s:%d: unknown API key %d", *self.peer, api_key)
+            raise CloseConnection
+        if not handler.min_version <= api_version <= handler.max_version:
+            if api_key == API_VERSIONS_KEY:
+                return self._encode_response(
+                    correlation_id, api_key, 0,
+                    ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=supported_api_versions()),
+                )
+            log.warning(
+                "closing connection from %s:%d: unsupported version %d of API %s (%d-%d)",
+                *self.peer, api_version, handler.name, handler.min_version, handler.max_version,
+            )
+            raise CloseConnection
+        view = memoryview(frame)
+        try:
+            header, pos = RequestHeader.decode(view, request_header_version(api_key, api_version))
+            # Like Kafka, ignore bytes after the body: librdkafka 2.16 sends a few on Metadata v13.
+            request, _ = handler.request_class.decode(view, api_version, pos)
+        except (DecodeError, UnsupportedVersionError) as e:
+            log.warning("closing connection from %s:%d: malformed %s v%d request: %s", *self.peer, handler.name, api_version, e)
+            log.debug("malformed frame: %s", bytes(frame[:256]).hex())
+            raise CloseConnection from None
+        ctx = RequestContext(self.broker, self, api_key, api_version, correlation_id, header.client_id)
+        response = await handler.handle(ctx, request)
+        if response is None:
+            return None
+        return self._encode_response(correlation_id, api_key, api_version, response)
+
+    def _encode_response(self, correlation_id: int, api_key: int, api_version: int, response) -> list:
+        head = bytearray(8)
+        _SIZE.pack_into(head, 4, correlation_id)
+        if response_header_version(api_key, api_version) == 1:
+            head.append(0)  # no tagged fields in the response header
+        parts = response.encode(api_version, head, [])
+        total = 0
+        for p in parts:
+            total += len(p)
+        _SIZE.pack_into(parts[0], 0, total - 4)
+        return parts
+
+
+class Server:
+    """Accepts connections for one broker and tracks them for idle timeouts and shutdown."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        cfg = broker.config
+        self.max_request_bytes: int = cfg["socket.request.max.bytes"]
+        self.idle_ms: int = cfg["connections.max.idle.ms"]
+        self.connections: set[Connection] = set()
+        self.stopping = False
+        self._server: asyncio.base_events.Server | None = None
+        self._reaper: asyncio.Task | None = None
+
+    async def start(self, host: str, port: int) -> tuple[str, int]:
+        loop = asyncio.get_running_loop()
+        cfg = self.broker.config
+        self._server = await loop.create_server(
+            lambda: Connection(self), host or None, port, reuse_address=True, backlog=1024
+        )
+        sock = self._server.sockets[0]
+        for opt, name in ((socket.SO_SNDBUF, "socket.send.buffer.bytes"), (socket.SO_RCVBUF, "socket.receive.buffer.bytes")):
+            if cfg[name] > 0:
+                sock.setsockopt(socket.SOL_SOCKET, opt, cfg[name])
+        self._reaper = loop.create_task(self._reap_idle())
+        addr = sock.getsockname()
+        return addr[0], addr[1]
+
+    async def _reap_idle(self) -> None:
+        """Close connections with no traffic for connections.max.idle.ms, as Kafka does."""
+        period = max(0.05, min(self.idle_ms / 1000 / 4, 30.0))
+        while True:
+            await asyncio.sleep(period)
+            deadline = time.monotonic() - self.idle_ms / 1000
+            for conn in list(self.connections):
+                if not conn.busy and not conn._frames and conn.last_active < deadline:
+                    log.info("closing idle connection from %s:%d", *conn.peer)
+                    conn.close()
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Stop accepting, let every connection finish the requests it has read, then close."""
+        self.stopping = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+        if self._server is not None:
+            self._server.close()
+        workers = []
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.pause_reading()
+            conn._wake()
+            if conn._worker is not None:
+                workers.append(conn._worker)
+        if workers:
+            done, pending = await asyncio.wait(workers, timeout=grace_s)
+            for t in pending:
+                t.cancel()
+        for conn in list(self.connections):
+            conn.close()
+        if self._server is not None:
+            await self._server.wait_closed()

@@ -1,0 +1,219 @@
+"""The topic registry: names, ids, partition counts and per-topic config overrides.
+
+It is what Kafka keeps in its KRaft metadata log. kshare keeps it in one JSON file in the data
+directory, replaced atomically on every change and written *before* the logs it describes are
+created (and after they are removed on deletion), so a crash in between leaves logs the
+registry does not know, which start-up removes, rather than a registry entry without logs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.uuids import random_uuid, uuid_from_str, uuid_to_str
+
+from .log import LogConfig, LogStore
+from .log.checkpoint import fsync_dir, write_atomically
+
+log = logging.getLogger("kshare.topics")
+
+REGISTRY_FILE = "kshare-topics.json"
+MAX_NAME_LENGTH = 249
+_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
+CONSUMER_OFFSETS = "__consumer_offsets"
+SHARE_GROUP_STATE = "__share_group_state"
+INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, SHARE_GROUP_STATE, "__transaction_state"})
+
+
+@dataclass
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's Topic.validate, raising INVALID_TOPIC_EXCEPTION with Kafka's messages."""
+    if not name:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_NAME_LENGTH:
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, topic name: {name}",
+        )
+    if not _LEGAL.fullmatch(name):
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic name {name} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+def _collision_key(name: str) -> str:
+    """Kafka refuses names that differ only by '.' vs '_' (metric names would collide)."""
+    return name.replace(".", "_")
+
+
+class TopicRegistry:
+    def __init__(self, data_dir: str, store: LogStore, log_config: Callable[[dict[str, str]], LogConfig]) -> None:
+        """``log_config(topic_overrides)`` resolves a topic's LogConfig against broker defaults."""
+        self.data_dir = data_dir
+        self.store = store
+        self._log_config = log_config
+        self._by_name: dict[str, Topic] = {}
+        self._by_id: dict[uuid.UUID, Topic] = {}
+        self._listeners: list[Callable[[str, Topic | None], None]] = []
+        self._load()
+
+    # --- persistence --------------------------------------------------------------------------
+
+    @property
+    def _path(self) -> str:
+        return os.path.join(self.data_dir, REGISTRY_FILE)
+
+    def _load(self) -> None:
+        if os.path.exists(self._path):
+            with open(self._path) as f:
+                data = json.load(f)
+            for name, t in data.get("topics", {}).items():
+                topic = Topic(name, uuid_from_str(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
+                self._index(topic)
+        known = set()
+        for topic in self._by_name.values():
+            cfg = self._log_config(topic.configs)
+            for p in range(topic.partitions):
+                known.add((topic.name, p))
+                existing = self.store.get(topic.name, p)
+                if existing is not None and existing.topic_id not in (None, topic.topic_id):
+                    log.warning("%s-%d on disk belongs to an older topic id; removing it", topic.name, p)
+                    self.store.delete(topic.name, p)
+                self.store.create(topic.name, p, topic.topic_id, cfg)
+        for lg in list(self.store.partitions()):
+            if (lg.topic, lg.partition) not in known:
+                log.warning("removing %s-%d: no such topic in %s", lg.topic, lg.partition, REGISTRY_FILE)
+                self.store.delete(lg.topic, lg.partition)
+
+    def _save(self) -> None:
+        data = {
+            "version": 1,
+            "topics": {
+                t.name: {"id": uuid_to_str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
+                for t in sorted(self._by_name.values(), key=lambda t: t.name)
+            },
+        }
+        write_atomically(self._path, json.dumps(data, indent=1).encode(), fsync=True)
+        fsync_dir(self.data_dir)
+
+    def _index(self, topic: Topic) -> None:
+        self._by_name[topic.name] = topic
+        self._by_id[topic.topic_id] = topic
+
+    # --- queries ------------------------------------------------------------------------------
+
+    def get(self, name: str) -> Topic | None:
+        return self._by_name.get(name)
+
+    def by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        return self._by_id.get(topic_id)
+
+    def __iter__(self) -> Iterable[Topic]:
+        return iter(list(self._by_name.values()))
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def log_config(self, topic: Topic) -> LogConfig:
+        return self._log_config(topic.configs)
+
+    def on_change(self, listener: Callable[[str, Topic | None], None]) -> None:
+        """``listener(name, topic_or_None_if_deleted)`` after every create/delete/grow/alter."""
+        self._listeners.append(listener)
+
+    def _changed(self, name: str) -> None:
+        topic = self._by_name.get(name)
+        for listener in self._listeners:
+            listener(name, topic)
+
+    # --- changes ------------------------------------------------------------------------------
+
+    def check_new_name(self, name: str) -> None:
+        validate_topic_name(name)
+        if name in self._by_name:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+        key = _collision_key(name)
+        for other in self._by_name:
+            if _collision_key(other) == key:
+                raise KafkaError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    f"Topic '{name}' collides with existing topic: {other}",
+                )
+
+    def create(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> Topic:
+        """Create a topic (name and configs already validated by the caller)."""
+        self.check_new_name(name)
+        if partitions < 1:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
+        topic = Topic(name, random_uuid(), partitions, dict(configs or {}))
+        self._index(topic)
+        self._save()
+        cfg = self._log_config(topic.configs)
+        for p in range(partitions):
+            self.store.create(name, p, topic.topic_id, cfg)
+        log.info("created topic %s (%s) with %d partition(s)", name, uuid_to_str(topic.topic_id), partitions)
+        self._changed(name)
+        return topic
+
+    def delete(self, name: str) -> Topic:
+        topic = self._by_name.pop(name, None)
+        if topic is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        del self._by_id[topic.topic_id]
+        self._save()
+        for p in range(topic.partitions):
+            self.store.delete(name, p)
+        log.info("deleted topic %s", name)
+        self._changed(name)
+        return topic
+
+    def add_partitions(self, name: str, total: int) -> Topic:
+        topic = self._by_name[name]
+        if total <= topic.partitions:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {topic.partitions} partitions, which is higher than the requested {total}.",
+            )
+        old = topic.partitions
+        topic.partitions = total
+        self._save()
+        cfg = self._log_config(topic.configs)
+        for p in range(old, total):
+            self.store.create(name, p, topic.topic_id, cfg)
+        self._changed(name)
+        return topic
+
+    def set_configs(self, name: str, configs: dict[str, str]) -> Topic:
+        """Replace a topic's overrides and apply them to its logs."""
+        topic = self._by_name[name]
+        topic.configs = dict(configs)
+        self._save()
+        self.store.update_config(name, self._log_config(topic.configs))
+        self._changed(name)
+        return topic
+
+    def refresh_log_configs(self) -> None:
+        """Re-resolve every topic's LogConfig (after a dynamic broker config change)."""
+        for topic in self._by_name.values():
+            self.store.update_config(topic.name, self._log_config(topic.configs))

@@ -1,0 +1,102 @@
+"""A kshare broker in a subprocess, for end-to-end tests with real clients.
+
+The broker listens on 127.0.0.1 with an OS-picked port and prints ``kshare listening on
+host:port`` once it serves; tests wait for that line (an event, not a sleep). ``stop`` sends
+SIGTERM (graceful), ``kill`` sends SIGKILL (crash). Every broker is stopped at teardown.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+_LISTENING = re.compile(r"kshare listening on (\S+):(\d+)")
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, log_level: str = "INFO") -> None:
+        self.data_dir = Path(data_dir)
+        self.overrides = dict(overrides or {})
+        self.log_level = log_level
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
+        self._log_file = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0, port: int | None = None) -> BrokerProcess:
+        """Start (or restart, keeping the same port unless told otherwise) and wait until serving."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        port = self.port if port is None and self.port is not None else (port or 0)
+        cmd = [
+            sys.executable, "-m", "broker", "--host", "127.0.0.1", "--port", str(port),
+            "--data-dir", str(self.data_dir), "--log-level", self.log_level,
+        ]
+        for k, v in self.overrides.items():
+            cmd += ["--override", f"{k}={v}"]
+        self._log_file = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self._log_file, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+        )
+        found = threading.Event()
+
+        def read_stdout() -> None:
+            for raw in self.proc.stdout:
+                m = _LISTENING.search(raw.decode(errors="replace"))
+                if m and not found.is_set():
+                    self.port = int(m.group(2))
+                    found.set()
+
+        threading.Thread(target=read_stdout, daemon=True).start()
+        if not found.wait(timeout_s):
+            self.kill()
+            raise RuntimeError(f"broker did not start within {timeout_s}s; log:\n{self.log()}")
+        return self
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM and wait for a graceful exit; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise RuntimeError(f"broker did not stop within {timeout_s}s; log:\n{self.log()}")
+        finally:
+            self._close_log()
+
+    def kill(self) -> None:
+        """SIGKILL: the crash case."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close_log()
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
+
+    def _close_log(self) -> None:
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -55,22 +56,16 @@ def _index(schemas: list[Schema], package: str) -> str:
             first = None if req.flexible.empty or req.flexible.lo > req.valid.hi else req.flexible.lo
             lines.append(f"    {key}: {first!r},")
         lines.append("}")
-    else:
-        lines.append("# (kind, record type) -> (module, class); kind is 'key' or 'value'")
-        lines.append("RECORDS = {")
-        for s in sorted(schemas, key=lambda s: (s.kind, s.api_key if s.api_key is not None else -1)):
-            if s.api_key is None:
-                continue
-            kind = s.kind.removeprefix("coordinator-")
-            lines.append(f"    ({kind!r}, {s.api_key}): ({s.module!r}, {s.name!r}),")
-        lines.append("}")
+    # Coordinator record types are numbered per coordinator (type 0 is ShareSnapshot on
+    # __share_group_state but TransactionLog on __transaction_state), so they are not
+    # indexed here: protocol.coordinator_serde maps them per topic.
     lines += [
         "",
         "",
         "def load(module: str, name: str):",
         '    return getattr(import_module(f"{__name__}.{module}"), name)',
     ]
-    return "\n".join(lines) + "\n"
+    return re.sub(r"\n{4,}", "\n\n\n", "\n".join(lines) + "\n")
 
 
 def generate(out_root: Path) -> list[Path]:

@@ -5,34 +5,6 @@ by key with ``load(module_name)``."""
 
 from importlib import import_module
 
-# (kind, record type) -> (module, class); kind is 'key' or 'value'
-RECORDS = {
-    ('key', 0): ('share_snapshot_key', 'ShareSnapshotKey'),
-    ('key', 0): ('transaction_log_key', 'TransactionLogKey'),
-    ('key', 1): ('offset_commit_key', 'OffsetCommitKey'),
-    ('key', 1): ('share_update_key', 'ShareUpdateKey'),
-    ('key', 2): ('group_metadata_key', 'GroupMetadataKey'),
-    ('key', 3): ('consumer_group_metadata_key', 'ConsumerGroupMetadataKey'),
-    ('key', 10): ('share_group_member_metadata_key', 'ShareGroupMemberMetadataKey'),
-    ('key', 11): ('share_group_metadata_key', 'ShareGroupMetadataKey'),
-    ('key', 12): ('share_group_target_assignment_metadata_key', 'ShareGroupTargetAssignmentMetadataKey'),
-    ('key', 13): ('share_group_target_assignment_member_key', 'ShareGroupTargetAssignmentMemberKey'),
-    ('key', 14): ('share_group_current_member_assignment_key', 'ShareGroupCurrentMemberAssignmentKey'),
-    ('key', 15): ('share_group_state_partition_metadata_key', 'ShareGroupStatePartitionMetadataKey'),
-    ('value', 0): ('share_snapshot_value', 'ShareSnapshotValue'),
-    ('value', 0): ('transaction_log_value', 'TransactionLogValue'),
-    ('value', 1): ('offset_commit_value', 'OffsetCommitValue'),
-    ('value', 1): ('share_update_value', 'ShareUpdateValue'),
-    ('value', 2): ('group_metadata_value', 'GroupMetadataValue'),
-    ('value', 3): ('consumer_group_metadata_value', 'ConsumerGroupMetadataValue'),
-    ('value', 10): ('share_group_member_metadata_value', 'ShareGroupMemberMetadataValue'),
-    ('value', 11): ('share_group_metadata_value', 'ShareGroupMetadataValue'),
-    ('value', 12): ('share_group_target_assignment_metadata_value', 'ShareGroupTargetAssignmentMetadataValue'),
-    ('value', 13): ('share_group_target_assignment_member_value', 'ShareGroupTargetAssignmentMemberValue'),
-    ('value', 14): ('share_group_current_member_assignment_value', 'ShareGroupCurrentMemberAssignmentValue'),
-    ('value', 15): ('share_group_state_partition_metadata_value', 'ShareGroupStatePartitionMetadataValue'),
-}
-
 
 def load(module: str, name: str):
     return getattr(import_module(f"{__name__}.{module}"), name)

@@ -1,0 +1,485 @@
+"""The share coordinator for one ``__share_group_state`` partition, as a pure state machine.
+
+Request methods never change state. They validate, decide which records the request needs
+(a ShareSnapshot, a ShareUpdate or a tombstone per share-partition) and build the response;
+the runtime appends the records, calls ``replay`` for each at its log offset, and only then
+sends the response. ``replay`` is the only code that mutates state, so loading the partition
+at start-up and serving requests build exactly the same state.
+
+Kafka 4.2 behaviour followed here (``ShareCoordinatorShard``):
+
+- InitializeShareGroupState writes a snapshot (snapshot epoch 0, or one more than the
+  existing state's), leader epoch 0, no batches, and delivery-complete count -1 while the
+  start offset is still -1 (0 once it is known).
+- WriteShareGroupState writes a ShareUpdate holding only the written batches, unless
+  ``share.coordinator.snapshot.update.records.per.snapshot`` updates were written since the
+  last snapshot or the request carries a newer state epoch; then it writes a full snapshot.
+  In requests, -1 means "unchanged" for the start offset, leader epoch and state epoch; it
+  also skips the epoch fences. The delivery-complete count is taken as written (-1 from a
+  version 0 request, which makes it unknown again).
+- Fencing: a leader epoch below the highest seen fails with FENCED_LEADER_EPOCH, a state
+  epoch below the highest seen with FENCED_STATE_EPOCH. A read with a newer leader epoch
+  records it (so the old leader's writes are fenced from then on).
+- Reading or writing state that was never initialised fails with INVALID_REQUEST; the
+  summary of such state is no error with start offset -1; deleting it is a no-op success.
+- DeleteShareGroupState writes a tombstone: the ShareSnapshot key with a null value.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable, Iterable, NamedTuple
+from uuid import UUID
+
+from protocol.coordinator_records.share_snapshot_key import ShareSnapshotKey
+from protocol.coordinator_records.share_snapshot_value import ShareSnapshotValue
+from protocol.coordinator_records.share_snapshot_value import StateBatch as SnapshotBatch
+from protocol.coordinator_records.share_update_key import ShareUpdateKey
+from protocol.coordinator_records.share_update_value import ShareUpdateValue
+from protocol.coordinator_records.share_update_value import StateBatch as UpdateBatch
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    delete_share_group_state_response as delete_rsp,
+    initialize_share_group_state_response as init_rsp,
+    read_share_group_state_response as read_rsp,
+    read_share_group_state_summary_response as summary_rsp,
+    write_share_group_state_response as write_rsp,
+)
+
+from .combiner import StateBatch, combine
+
+__all__ = [
+    "SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_CONFIG", "SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_DEFAULT",
+    "SharePartitionKey", "SharePartitionState", "KeyEntry", "CoordinatorRecord", "ShareCoordinatorShard",
+]
+
+SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_CONFIG = "share.coordinator.snapshot.update.records.per.snapshot"
+SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_DEFAULT = 500
+
+# Kafka's constants (ShareGroupOffset / PartitionFactory).
+UNINITIALIZED_START_OFFSET = -1
+UNINITIALIZED_DELIVERY_COMPLETE_COUNT = -1
+UNINITIALIZED_EPOCH = 0
+DEFAULT_STATE_EPOCH = 0
+DEFAULT_LEADER_EPOCH = 0
+
+# Kafka's messages: ShareCoordinatorShard's validation messages and the Errors defaults.
+NEGATIVE_PARTITION_ID = "The partition id cannot be a negative number."
+WRITE_UNINITIALIZED_SHARE_PARTITION = "Write operation on uninitialized share partition not allowed."
+READ_UNINITIALIZED_SHARE_PARTITION = "Read operation on uninitialized share partition not allowed."
+FENCED_LEADER_EPOCH_MESSAGE = "The leader epoch in the request is older than the epoch on the broker."
+FENCED_STATE_EPOCH_MESSAGE = ("The share coordinator rejected the request because the share-group "
+                              "state epoch did not match.")
+UNKNOWN_TOPIC_OR_PARTITION_MESSAGE = "This server does not host this topic-partition."
+# Not a Kafka check: a batch must not end before it starts.
+INVERTED_STATE_BATCH = "A state batch's first offset cannot be greater than its last offset."
+
+
+class SharePartitionKey(NamedTuple):
+    group_id: str
+    topic_id: UUID
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class SharePartitionState:
+    """What Kafka calls ``ShareGroupOffset``: the accumulated durable state of one key."""
+
+    snapshot_epoch: int
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+    state_batches: tuple[StateBatch, ...]
+    create_timestamp: int = 0
+    write_timestamp: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class KeyEntry:
+    """Everything the shard knows about one key; replaced whole on every replay.
+
+    The fences are the highest epochs replayed for the key (Kafka's leaderEpochMap and
+    stateEpochMap), ``None`` when none was seen; they can be above the state's own epochs.
+    """
+
+    state: SharePartitionState
+    leader_epoch_fence: int | None
+    state_epoch_fence: int | None
+    updates_since_snapshot: int
+
+
+class CoordinatorRecord(NamedTuple):
+    """One record for ``__share_group_state``; ``value is None`` is a tombstone."""
+
+    key: ShareSnapshotKey | ShareUpdateKey
+    value: ShareSnapshotValue | ShareUpdateValue | None
+
+
+class _PartitionError(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _batches(raw: Iterable) -> tuple[StateBatch, ...]:
+    return tuple(StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in raw)
+
+
+def _max(a: int | None, b: int) -> int:
+    return b if a is None or b > a else a
+
+
+def _apply(entry: KeyEntry | None, key, value) -> KeyEntry | None:
+    """The state of a key after one record: the heart of ``replay``, shared with the
+    request methods so that a request touching a key twice sees its own first record."""
+    if value is None:
+        return None
+    if isinstance(key, ShareSnapshotKey):
+        state = SharePartitionState(
+            value.snapshot_epoch, value.state_epoch, value.leader_epoch, value.start_offset,
+            value.delivery_complete_count, _batches(value.state_batches),
+            value.create_timestamp, value.write_timestamp)
+        if entry is None:
+            return KeyEntry(state, value.leader_epoch, value.state_epoch, 0)
+        return KeyEntry(state, _max(entry.leader_epoch_fence, value.leader_epoch),
+                        _max(entry.state_epoch_fence, value.state_epoch), 0)
+    # ShareUpdate: an increment on top of the current state; it has no state epoch.
+    batches = _batches(value.state_batches)
+    if entry is None:
+        state = SharePartitionState(value.snapshot_epoch, UNINITIALIZED_EPOCH, value.leader_epoch,
+                                    value.start_offset, value.delivery_complete_count,
+                                    tuple(combine((), batches, value.start_offset)))
+        return KeyEntry(state, value.leader_epoch, None, 1)
+    cur = entry.state
+    start = cur.start_offset if value.start_offset == -1 else value.start_offset
+    state = replace(
+        cur,
+        leader_epoch=cur.leader_epoch if value.leader_epoch == -1 else value.leader_epoch,
+        start_offset=start,
+        delivery_complete_count=value.delivery_complete_count,
+        state_batches=tuple(combine(cur.state_batches, batches, start)),
+    )
+    return KeyEntry(state, _max(entry.leader_epoch_fence, value.leader_epoch),
+                    entry.state_epoch_fence, entry.updates_since_snapshot + 1)
+
+
+def _snapshot_record(key: SharePartitionKey, state: SharePartitionState) -> CoordinatorRecord:
+    return CoordinatorRecord(
+        ShareSnapshotKey(key.group_id, key.topic_id, key.partition),
+        ShareSnapshotValue(
+            snapshot_epoch=state.snapshot_epoch, state_epoch=state.state_epoch,
+            leader_epoch=state.leader_epoch, start_offset=state.start_offset,
+            delivery_complete_count=state.delivery_complete_count,
+            create_timestamp=state.create_timestamp, write_timestamp=state.write_timestamp,
+            state_batches=[SnapshotBatch(*b) for b in state.state_batches]))
+
+
+class _Overlay:
+    """The shard's entries as they will be once this request's records are replayed."""
+
+    __slots__ = ("_base", "_changed")
+
+    def __init__(self, base: dict[SharePartitionKey, KeyEntry]) -> None:
+        self._base = base
+        self._changed: dict[SharePartitionKey, KeyEntry | None] = {}
+
+    def get(self, key: SharePartitionKey) -> KeyEntry | None:
+        if key in self._changed:
+            return self._changed[key]
+        return self._base.get(key)
+
+    def record(self, key: SharePartitionKey, record: CoordinatorRecord, out: list) -> None:
+        self._changed[key] = _apply(self.get(key), record.key, record.value)
+        out.append(record)
+
+
+class ShareCoordinatorShard:
+    """State of every share-partition key routed to one ``__share_group_state`` partition.
+
+    ``topic_partitions(topic_id)`` (optional) returns a topic's partition count, or None if
+    the topic does not exist; requests for unknown topic-partitions then fail with
+    UNKNOWN_TOPIC_OR_PARTITION as in Kafka. ``clock_ms`` supplies the timestamps written
+    into snapshots.
+    """
+
+    def __init__(
+        self,
+        records_per_snapshot: int = SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_DEFAULT,
+        *,
+        clock_ms: Callable[[], int] | None = None,
+        topic_partitions: Callable[[UUID], int | None] | None = None,
+    ) -> None:
+        if not 0 <= records_per_snapshot <= 500:
+            raise ValueError(f"{SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_CONFIG} must be between [0, 500]")
+        self.records_per_snapshot = records_per_snapshot
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._topic_partitions = topic_partitions
+        self._entries: dict[SharePartitionKey, KeyEntry] = {}
+        # Pruning: per key, the log offset of its latest snapshot (or of its first record if
+        # it began with an update). Everything below the minimum has been superseded.
+        self._needed_from: dict[SharePartitionKey, int] = {}
+        self._last_offset = -1
+
+    # ------------------------------------------------------------------ inspection
+
+    def entry(self, key: SharePartitionKey) -> KeyEntry | None:
+        return self._entries.get(key)
+
+    def state(self, key: SharePartitionKey) -> SharePartitionState | None:
+        e = self._entries.get(key)
+        return None if e is None else e.state
+
+    def entries(self) -> dict[SharePartitionKey, KeyEntry]:
+        return dict(self._entries)
+
+    # ------------------------------------------------------------------ replay
+
+    def replay(self, offset: int, key, value) -> None:
+        """Apply one record read from (or just appended to) the partition at ``offset``.
+
+        Records of other types are ignored, as Kafka does."""
+        if not isinstance(key, (ShareSnapshotKey, ShareUpdateKey)):
+            return
+        k = SharePartitionKey(key.group_id, key.topic_id, key.partition)
+        before = self._entries.get(k)
+        after = _apply(before, key, value)
+        if after is None:
+            self._entries.pop(k, None)
+            self._needed_from.pop(k, None)
+        else:
+            self._entries[k] = after
+            if isinstance(key, ShareSnapshotKey) or before is None:
+                self._needed_from[k] = offset
+        if offset > self._last_offset:
+            self._last_offset = offset
+
+    def last_redundant_offset(self) -> int | None:
+        """Records below this offset are superseded: the log may be truncated up to it.
+
+        It is the offset of the oldest record any key still needs (its latest snapshot; its
+        later updates come after it). ``None`` while nothing is redundant."""
+        if self._needed_from:
+            value = min(self._needed_from.values())
+        elif self._last_offset >= 0:
+            value = self._last_offset + 1   # only tombstones and deleted state remain
+        else:
+            return None
+        return value if value > 0 else None
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_topic(self, topic_id: UUID, partition: int) -> None:
+        if self._topic_partitions is None:
+            return
+        count = self._topic_partitions(topic_id)
+        if count is None or partition >= count:
+            raise _PartitionError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_OR_PARTITION_MESSAGE)
+
+    @staticmethod
+    def _check_partition(partition: int) -> None:
+        if partition < 0:
+            raise _PartitionError(ErrorCode.INVALID_REQUEST, NEGATIVE_PARTITION_ID)
+
+    def _state_record(self, key: SharePartitionKey, entry: KeyEntry, *, state_epoch: int,
+                      leader_epoch: int, start_offset: int, delivery_complete_count: int,
+                      batches: tuple[StateBatch, ...]) -> CoordinatorRecord:
+        """A ShareUpdate with just these batches, or a full snapshot when one is due."""
+        cur = entry.state
+        if entry.updates_since_snapshot >= self.records_per_snapshot or state_epoch > cur.state_epoch:
+            start = cur.start_offset if start_offset == -1 else start_offset
+            return _snapshot_record(key, SharePartitionState(
+                snapshot_epoch=cur.snapshot_epoch + 1,
+                state_epoch=cur.state_epoch if state_epoch == -1 else state_epoch,
+                leader_epoch=cur.leader_epoch if leader_epoch == -1 else leader_epoch,
+                start_offset=start,
+                delivery_complete_count=delivery_complete_count,
+                state_batches=tuple(combine(cur.state_batches, batches, start)),
+                create_timestamp=cur.create_timestamp,
+                write_timestamp=self._clock_ms(),
+            ))
+        return CoordinatorRecord(
+            ShareUpdateKey(key.group_id, key.topic_id, key.partition),
+            ShareUpdateValue(
+                snapshot_epoch=cur.snapshot_epoch, leader_epoch=leader_epoch,
+                start_offset=start_offset, delivery_complete_count=delivery_complete_count,
+                state_batches=[UpdateBatch(*b) for b in combine((), batches, start_offset)]))
+
+    # ------------------------------------------------------------------ requests
+
+    def initialize_state(self, request) -> tuple[list[CoordinatorRecord], object]:
+        """InitializeShareGroupState: a fresh snapshot per partition (state epoch fenced)."""
+        records: list[CoordinatorRecord] = []
+        response = init_rsp.InitializeShareGroupStateResponse()
+        if not request.group_id:
+            return records, response
+        overlay = _Overlay(self._entries)
+        for topic in request.topics:
+            result = init_rsp.InitializeStateResult(topic.topic_id)
+            for p in topic.partitions:
+                key = SharePartitionKey(request.group_id, topic.topic_id, p.partition)
+                try:
+                    self._check_partition(p.partition)
+                    entry = overlay.get(key)
+                    if entry is not None and entry.state_epoch_fence is not None \
+                            and entry.state_epoch_fence > p.state_epoch:
+                        raise _PartitionError(ErrorCode.FENCED_STATE_EPOCH, FENCED_STATE_EPOCH_MESSAGE)
+                    self._check_topic(topic.topic_id, p.partition)
+                except _PartitionError as e:
+                    result.partitions.append(init_rsp.PartitionResult(p.partition, int(e.code), e.message))
+                    continue
+                now = self._clock_ms()
+                state = SharePartitionState(
+                    snapshot_epoch=0 if entry is None else entry.state.snapshot_epoch + 1,
+                    state_epoch=p.state_epoch,
+                    leader_epoch=UNINITIALIZED_EPOCH,
+                    start_offset=p.start_offset,
+                    delivery_complete_count=(UNINITIALIZED_DELIVERY_COMPLETE_COUNT
+                                             if p.start_offset == UNINITIALIZED_START_OFFSET else 0),
+                    state_batches=(),
+                    create_timestamp=now, write_timestamp=now)
+                overlay.record(key, _snapshot_record(key, state), records)
+                result.partitions.append(init_rsp.PartitionResult(p.partition))
+            response.results.append(result)
+        return records, response
+
+    def write_state(self, request, version: int = 1) -> tuple[list[CoordinatorRecord], object]:
+        """WriteShareGroupState (v0 carries no delivery-complete count: it becomes -1)."""
+        records: list[CoordinatorRecord] = []
+        response = write_rsp.WriteShareGroupStateResponse()
+        if not request.group_id:
+            return records, response
+        overlay = _Overlay(self._entries)
+        for topic in request.topics:
+            result = write_rsp.WriteStateResult(topic.topic_id)
+            for p in topic.partitions:
+                key = SharePartitionKey(request.group_id, topic.topic_id, p.partition)
+                try:
+                    self._check_partition(p.partition)
+                    entry = overlay.get(key)
+                    if entry is None:
+                        raise _PartitionError(ErrorCode.INVALID_REQUEST, WRITE_UNINITIALIZED_SHARE_PARTITION)
+                    if p.leader_epoch != -1 and entry.leader_epoch_fence is not None \
+                            and entry.leader_epoch_fence > p.leader_epoch:
+                        raise _PartitionError(ErrorCode.FENCED_LEADER_EPOCH, FENCED_LEADER_EPOCH_MESSAGE)
+                    if p.state_epoch != -1 and entry.state_epoch_fence is not None \
+                            and entry.state_epoch_fence > p.state_epoch:
+                        raise _PartitionError(ErrorCode.FENCED_STATE_EPOCH, FENCED_STATE_EPOCH_MESSAGE)
+                    self._check_topic(topic.topic_id, p.partition)
+                    batches = _batches(p.state_batches)
+                    if any(b.first_offset > b.last_offset for b in batches):
+                        raise _PartitionError(ErrorCode.INVALID_REQUEST, INVERTED_STATE_BATCH)
+                except _PartitionError as e:
+                    result.partitions.append(write_rsp.PartitionResult(p.partition, int(e.code), e.message))
+                    continue
+                dcc = p.delivery_complete_count if version >= 1 else UNINITIALIZED_DELIVERY_COMPLETE_COUNT
+                record = self._state_record(
+                    key, entry, state_epoch=p.state_epoch, leader_epoch=p.leader_epoch,
+                    start_offset=p.start_offset, delivery_complete_count=dcc, batches=batches)
+                overlay.record(key, record, records)
+                result.partitions.append(write_rsp.PartitionResult(p.partition))
+            response.results.append(result)
+        return records, response
+
+    def read_state(self, request) -> tuple[list[CoordinatorRecord], object]:
+        """ReadShareGroupState. A read with a newer leader epoch also records that epoch
+        (Kafka's readStateAndMaybeUpdateLeaderEpoch), hence the records."""
+        records: list[CoordinatorRecord] = []
+        response = read_rsp.ReadShareGroupStateResponse()
+        if not request.group_id:
+            return records, response
+        overlay = _Overlay(self._entries)
+        for topic in request.topics:
+            result = read_rsp.ReadStateResult(topic.topic_id)
+            for p in topic.partitions:
+                key = SharePartitionKey(request.group_id, topic.topic_id, p.partition)
+                try:
+                    self._check_partition(p.partition)
+                    entry = overlay.get(key)
+                    if entry is None:
+                        raise _PartitionError(ErrorCode.INVALID_REQUEST, READ_UNINITIALIZED_SHARE_PARTITION)
+                    if p.leader_epoch != -1 and entry.leader_epoch_fence is not None \
+                            and entry.leader_epoch_fence > p.leader_epoch:
+                        raise _PartitionError(ErrorCode.FENCED_LEADER_EPOCH, FENCED_LEADER_EPOCH_MESSAGE)
+                    self._check_topic(topic.topic_id, p.partition)
+                except _PartitionError as e:
+                    result.partitions.append(read_rsp.PartitionResult(p.partition, int(e.code), e.message))
+                    continue
+                st = entry.state
+                result.partitions.append(read_rsp.PartitionResult(
+                    p.partition, state_epoch=st.state_epoch, start_offset=st.start_offset,
+                    state_batches=[read_rsp.StateBatch(*b) for b in st.state_batches]))
+                if p.leader_epoch != -1 and entry.leader_epoch_fence != p.leader_epoch:
+                    record = self._state_record(
+                        key, entry, state_epoch=st.state_epoch, leader_epoch=p.leader_epoch,
+                        start_offset=st.start_offset, delivery_complete_count=st.delivery_complete_count,
+                        batches=())
+                    overlay.record(key, record, records)
+            response.results.append(result)
+        return records, response
+
+    def read_state_summary(self, request, version: int = 1):
+        """ReadShareGroupStateSummary: epochs, start offset and (v1) delivery-complete count.
+        State never initialised is no error: start offset -1, epochs 0, count -1."""
+        response = summary_rsp.ReadShareGroupStateSummaryResponse()
+        if not request.group_id:
+            return response
+        for topic in request.topics:
+            result = summary_rsp.ReadStateSummaryResult(topic.topic_id)
+            for p in topic.partitions:
+                key = SharePartitionKey(request.group_id, topic.topic_id, p.partition)
+                try:
+                    self._check_partition(p.partition)
+                    self._check_topic(topic.topic_id, p.partition)
+                except _PartitionError as e:
+                    result.partitions.append(summary_rsp.PartitionResult(p.partition, int(e.code), e.message))
+                    continue
+                st = self.state(key)
+                if st is None:
+                    row = summary_rsp.PartitionResult(
+                        p.partition, state_epoch=DEFAULT_STATE_EPOCH, leader_epoch=DEFAULT_LEADER_EPOCH,
+                        start_offset=UNINITIALIZED_START_OFFSET,
+                        delivery_complete_count=UNINITIALIZED_DELIVERY_COMPLETE_COUNT)
+                else:
+                    row = summary_rsp.PartitionResult(
+                        p.partition, state_epoch=st.state_epoch, leader_epoch=st.leader_epoch,
+                        start_offset=st.start_offset,
+                        delivery_complete_count=(st.delivery_complete_count if version >= 1
+                                                 else UNINITIALIZED_DELIVERY_COMPLETE_COUNT))
+                result.partitions.append(row)
+            response.results.append(result)
+        return response
+
+    def delete_state(self, request) -> tuple[list[CoordinatorRecord], object]:
+        """DeleteShareGroupState: a tombstone per existing key; absent keys succeed quietly."""
+        records: list[CoordinatorRecord] = []
+        response = delete_rsp.DeleteShareGroupStateResponse()
+        if not request.group_id:
+            return records, response
+        overlay = _Overlay(self._entries)
+        for topic in request.topics:
+            result = delete_rsp.DeleteStateResult(topic.topic_id)
+            for p in topic.partitions:
+                key = SharePartitionKey(request.group_id, topic.topic_id, p.partition)
+                try:
+                    self._check_partition(p.partition)
+                    self._check_topic(topic.topic_id, p.partition)
+                except _PartitionError as e:
+                    result.partitions.append(delete_rsp.PartitionResult(p.partition, int(e.code), e.message))
+                    continue
+                if overlay.get(key) is not None:
+                    overlay.record(key, self.tombstone(key), records)
+                result.partitions.append(delete_rsp.PartitionResult(p.partition))
+            response.results.append(result)
+        return records, response
+
+    def tombstones_for_topics(self, topic_ids: Iterable[UUID]) -> list[CoordinatorRecord]:
+        """Tombstones for every key of deleted topics (Kafka's maybeCleanupShareState)."""
+        gone = set(topic_ids)
+        return [self.tombstone(k) for k in self._entries if k.topic_id in gone]
+
+    @staticmethod
+    def tombstone(key: SharePartitionKey) -> CoordinatorRecord:
+        return CoordinatorRecord(ShareSnapshotKey(key.group_id, key.topic_id, key.partition), None)

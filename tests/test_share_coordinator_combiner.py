@@ -1,0 +1,85 @@
+"""The state-batch combiner against a per-offset brute force, plus Kafka's documented cases."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coordinator.share.combiner import ACKNOWLEDGED, ARCHIVED, AVAILABLE, StateBatch, combine
+
+
+def brute_force(current, new, start_offset):
+    """Offset by offset: the covering batch with the highest (count, state) wins; then runs."""
+    best: dict[int, tuple[int, int]] = {}
+    for b in (*current, *new):
+        for o in range(b.first_offset, b.last_offset + 1):
+            if start_offset != -1 and o < start_offset:
+                continue
+            prio = (b.delivery_count, b.delivery_state)
+            if o not in best or prio > best[o]:
+                best[o] = prio
+    out: list[StateBatch] = []
+    for o in sorted(best):
+        count, state = best[o]
+        if out and out[-1].last_offset == o - 1 and (out[-1].delivery_count, out[-1].delivery_state) == (count, state):
+            out[-1] = out[-1]._replace(last_offset=o)
+        else:
+            out.append(StateBatch(o, o, state, count))
+    return out
+
+
+@st.composite
+def batch(draw):
+    first = draw(st.integers(0, 40))
+    return StateBatch(first, first + draw(st.integers(0, 12)),
+                      draw(st.sampled_from([AVAILABLE, 1, ACKNOWLEDGED, ARCHIVED])), draw(st.integers(0, 3)))
+
+
+batches = st.lists(batch(), max_size=6)
+starts = st.one_of(st.just(-1), st.integers(0, 55))
+
+
+@settings(max_examples=400, deadline=None)
+@given(batches, batches, starts)
+def test_matches_brute_force(current, new, start):
+    got = combine(current, new, start)
+    if len(current) + len(new) >= 2 or not got:
+        assert got == brute_force(current, new, start)
+    else:
+        # Like Kafka, a single surviving batch comes back as it is (only pruned).
+        (only,) = [b for b in (*current, *new) if start == -1 or b.last_offset >= start]
+        assert got == [only._replace(first_offset=only.first_offset if start == -1 else max(start, only.first_offset))]
+
+
+@settings(max_examples=200, deadline=None)
+@given(batches, batches, batches, starts)
+def test_order_of_folding_does_not_matter(a, b, c, start):
+    one = combine(combine(a, b, start), c, start)
+    other = combine(a, combine(c, b, start), start)
+    assert brute_force(one, [], start) == brute_force(other, [], start)
+
+
+@given(batches, batches, starts)
+def test_result_is_sorted_disjoint_and_joined(current, new, start):
+    got = combine(current, new, start)
+    for x, y in zip(got, got[1:]):
+        assert x.last_offset < y.first_offset
+        assert not (x.last_offset + 1 == y.first_offset and x[2:] == y[2:])
+    assert all(start == -1 or b.first_offset >= start for b in got)
+
+
+def test_prune_cuts_a_straddling_batch():
+    assert combine([StateBatch(100, 119, AVAILABLE, 1)], [], 110) == [StateBatch(110, 119, AVAILABLE, 1)]
+    assert combine([StateBatch(100, 109, AVAILABLE, 1)], [StateBatch(120, 129, 2, 1)], 110) == [StateBatch(120, 129, 2, 1)]
+
+
+def test_higher_delivery_count_then_state_wins_the_overlap():
+    current = [StateBatch(100, 119, AVAILABLE, 1)]
+    # Acked with the same count beats available: it splits the batch.
+    assert combine(current, [StateBatch(105, 109, ACKNOWLEDGED, 1)], -1) == [
+        StateBatch(100, 104, AVAILABLE, 1), StateBatch(105, 109, ACKNOWLEDGED, 1), StateBatch(110, 119, AVAILABLE, 1)]
+    # A lower delivery count loses, even if it is written later (Kafka's priority rule).
+    assert combine(current, [StateBatch(105, 109, ACKNOWLEDGED, 0)], -1) == current
+    # Equal neighbours join into one batch.
+    assert combine([StateBatch(0, 10, AVAILABLE, 1)], [StateBatch(11, 20, AVAILABLE, 1)], -1) == [
+        StateBatch(0, 20, AVAILABLE, 1)]

@@ -1,0 +1,167 @@
+"""Broker properties of the group coordinators (``group.share.*``, ``group.consumer.*``,
+``group.streams.*``): names, types, defaults and ranges as in Kafka 4.2.
+
+This table is the single source of truth: the broker's config module imports it, and
+the group-level configs (``configs.py``) take their defaults and bounds from it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfigDef:
+    name: str
+    type: str  # "int" | "boolean" | "list"
+    default: int | bool | str
+    min: int | None = None
+    max: int | None = None
+    internal: bool = False
+    doc: str = ""
+
+
+def _int(name, default, lo=None, hi=None, doc="", internal=False) -> BrokerConfigDef:
+    return BrokerConfigDef(name, "int", default, lo, hi, internal, doc)
+
+
+GROUP_BROKER_CONFIGS: tuple[BrokerConfigDef, ...] = (
+    # Share groups: membership (GroupCoordinatorConfig).
+    _int("group.share.session.timeout.ms", 45000, 1,
+         doc="Time without a heartbeat after which a share-group member is removed."),
+    _int("group.share.min.session.timeout.ms", 45000, 1, doc="Lowest allowed share session timeout."),
+    _int("group.share.max.session.timeout.ms", 60000, 1, doc="Highest allowed share session timeout."),
+    _int("group.share.heartbeat.interval.ms", 5000, 1,
+         doc="Heartbeat interval handed to share-group members."),
+    _int("group.share.min.heartbeat.interval.ms", 5000, 1, doc="Lowest allowed share heartbeat interval."),
+    _int("group.share.max.heartbeat.interval.ms", 15000, 1, doc="Highest allowed share heartbeat interval."),
+    _int("group.share.max.size", 200, 1, 1000, doc="Maximum number of members in one share group."),
+    BrokerConfigDef("group.share.assignors", "list", "simple",
+                    doc="Server-side assignors for share groups; only the first one is used."),
+    _int("group.share.initialize.retry.interval.ms", 30000, 1, internal=True,
+         doc="How long share-partition initialisation may stay pending before it is retried."),
+    # Share groups: delivery (ShareGroupConfig).
+    BrokerConfigDef("group.share.enable", "boolean", False, internal=True,
+                    doc="Legacy switch; share groups are governed by the share.version feature."),
+    _int("group.share.record.lock.duration.ms", 30000, 1000, 3600000,
+         doc="How long records stay acquired by a share consumer before they are released."),
+    _int("group.share.min.record.lock.duration.ms", 15000, 1000, 30000,
+         doc="Lowest allowed record lock duration."),
+    _int("group.share.max.record.lock.duration.ms", 60000, 30000, 3600000,
+         doc="Highest allowed record lock duration."),
+    _int("group.share.delivery.count.limit", 5, 2, 10,
+         doc="Deliveries of a record before it is archived."),
+    _int("group.share.partition.max.record.locks", 2000, 100, 10000,
+         doc="Maximum acquired-but-unacknowledged records per share partition."),
+    _int("group.share.max.share.sessions", 2000, 1,
+         doc="Maximum share sessions per broker; must be at least group.share.max.size."),
+    # Consumer groups (KIP-848), listed because their group-level configs exist in 4.2.
+    _int("group.consumer.session.timeout.ms", 45000, 1, doc="Consumer-group session timeout."),
+    _int("group.consumer.min.session.timeout.ms", 45000, 1, doc="Lowest allowed consumer session timeout."),
+    _int("group.consumer.max.session.timeout.ms", 60000, 1, doc="Highest allowed consumer session timeout."),
+    _int("group.consumer.heartbeat.interval.ms", 5000, 1, doc="Consumer-group heartbeat interval."),
+    _int("group.consumer.min.heartbeat.interval.ms", 5000, 1,
+         doc="Lowest allowed consumer heartbeat interval."),
+    _int("group.consumer.max.heartbeat.interval.ms", 15000, 1,
+         doc="Highest allowed consumer heartbeat interval."),
+    # Streams groups (KIP-1071).
+    _int("group.streams.session.timeout.ms", 45000, 1, doc="Streams-group session timeout."),
+    _int("group.streams.min.session.timeout.ms", 45000, 1, doc="Lowest allowed streams session timeout."),
+    _int("group.streams.max.session.timeout.ms", 60000, 1, doc="Highest allowed streams session timeout."),
+    _int("group.streams.heartbeat.interval.ms", 5000, 1, doc="Streams-group heartbeat interval."),
+    _int("group.streams.min.heartbeat.interval.ms", 5000, 1,
+         doc="Lowest allowed streams heartbeat interval."),
+    _int("group.streams.max.heartbeat.interval.ms", 15000, 1,
+         doc="Highest allowed streams heartbeat interval."),
+    _int("group.streams.num.standby.replicas", 0, 0, doc="Standby replicas per streams task."),
+    _int("group.streams.max.standby.replicas", 2, 0, doc="Highest allowed number of standby replicas."),
+    _int("group.streams.initial.rebalance.delay.ms", 3000, 0,
+         doc="Delay before the first rebalance of a new streams group."),
+)
+
+BROKER_CONFIG_DEFS: dict[str, BrokerConfigDef] = {d.name: d for d in GROUP_BROKER_CONFIGS}
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_JAVA_WHITESPACE = "".join(chr(c) for c in range(33))
+
+
+def java_trim(text: str) -> str:
+    """``String.trim()``: strips every code point <= U+0020, as Kafka's ConfigDef does."""
+    return text.strip(_JAVA_WHITESPACE)
+
+
+def parse_int32(text: str) -> int:
+    """``Integer.parseInt`` after trimming; ValueError for anything else."""
+    trimmed = java_trim(text)
+    if not _INT_RE.fullmatch(trimmed):
+        raise ValueError(text)
+    value = int(trimmed)
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise ValueError(text)
+    return value
+
+
+def parse_broker_value(definition: BrokerConfigDef, text: str) -> int | bool | str:
+    """Parse and range-check one broker property, with Kafka's ConfigException wording."""
+    name = definition.name
+    if definition.type == "int":
+        try:
+            value = parse_int32(text)
+        except ValueError:
+            raise ValueError(f"Invalid value {text} for configuration {name}: Not a number of type INT") from None
+        lo, hi = definition.min, definition.max
+        if lo is not None and value < lo:
+            raise ValueError(f"Invalid value {value} for configuration {name}: Value must be at least {lo}")
+        if hi is not None and value > hi:
+            raise ValueError(f"Invalid value {value} for configuration {name}: Value must be no more than {hi}")
+        return value
+    if definition.type == "boolean":
+        trimmed = java_trim(text).lower()
+        if trimmed not in ("true", "false"):
+            raise ValueError(f"Invalid value {text} for configuration {name}: Expected value to be either true or false")
+        return trimmed == "true"
+    return java_trim(text)
+
+
+def broker_value(name: str, broker_config: Mapping[str, str]):
+    """The typed value of a broker property: the configured one, else its default."""
+    definition = BROKER_CONFIG_DEFS[name]
+    text = broker_config.get(name)
+    if text is None:
+        return definition.default
+    return parse_broker_value(definition, text)
+
+
+def validate_broker_config(broker_config: Mapping[str, str]) -> None:
+    """Kafka's start-up checks for these properties; raises ValueError with its message."""
+    for name in broker_config:
+        if name in BROKER_CONFIG_DEFS:
+            broker_value(name, broker_config)
+    for kind in ("share", "consumer", "streams"):
+        for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+            _check_within(broker_config, f"group.{kind}.{what}", f"group.{kind}.min.{what}", f"group.{kind}.max.{what}")
+    _check_within(broker_config, "group.share.record.lock.duration.ms",
+                  "group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms")
+    for kind in ("share", "consumer", "streams"):
+        heartbeat = broker_value(f"group.{kind}.heartbeat.interval.ms", broker_config)
+        session = broker_value(f"group.{kind}.session.timeout.ms", broker_config)
+        if heartbeat >= session:
+            raise ValueError(f"group.{kind}.heartbeat.interval.ms must be less than group.{kind}.session.timeout.ms")
+    if broker_value("group.share.max.share.sessions", broker_config) < broker_value("group.share.max.size", broker_config):
+        raise ValueError("group.share.max.share.sessions must be greater than or equal to group.share.max.size")
+    if broker_value("group.streams.num.standby.replicas", broker_config) > broker_value(
+            "group.streams.max.standby.replicas", broker_config):
+        raise ValueError("group.streams.num.standby.replicas must be less than or equal to "
+                         "group.streams.max.standby.replicas")
+
+
+def _check_within(broker_config, name: str, min_name: str, max_name: str) -> None:
+    value = broker_value(name, broker_config)
+    if value < broker_value(min_name, broker_config):
+        raise ValueError(f"{name} must be greater than or equal to {min_name}")
+    if value > broker_value(max_name, broker_config):
+        raise ValueError(f"{name} must be less than or equal to {max_name}")

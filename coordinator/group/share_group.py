@@ -1,0 +1,680 @@
+"""The share-group coordinator: ShareGroupHeartbeat, leave, session expiry, topic
+changes and group deletion, as a sans-IO state machine.
+
+Every operation works the way Kafka's GroupMetadataManager does: it reads the current
+state, computes the ShareGroup* records Kafka 4.2 writes (in Kafka's order), applies
+them through ``replay`` — the only code that changes group state — and returns them
+for the caller to append to ``__consumer_offsets``. Replaying the same records on a
+fresh coordinator (a restart) rebuilds the same state. Records are applied before they
+are returned so that the next operation always sees them; if appending them fails the
+runtime must rebuild the coordinator from the log, as on a restart.
+
+Session deadlines are not records: they live in ``SessionTimers`` and are driven by the
+``now_ms`` the caller passes in (an injected clock). After loading from the log, call
+``on_loaded(now_ms)`` so every member gets a deadline.
+
+Share groups differ from consumer groups in ways that matter here: no revocation
+barrier (a member jumps to its target in one heartbeat), no rebalance timeout, no
+static members, member ids chosen by the client.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import AbstractSet, Callable, Iterable, Mapping
+
+from protocol.coordinator_records.share_group_current_member_assignment_key import (
+    ShareGroupCurrentMemberAssignmentKey,
+)
+from protocol.coordinator_records.share_group_member_metadata_key import ShareGroupMemberMetadataKey
+from protocol.coordinator_records.share_group_metadata_key import ShareGroupMetadataKey
+from protocol.coordinator_records.share_group_state_partition_metadata_key import (
+    ShareGroupStatePartitionMetadataKey,
+)
+from protocol.coordinator_records.share_group_target_assignment_member_key import (
+    ShareGroupTargetAssignmentMemberKey,
+)
+from protocol.coordinator_records.share_group_target_assignment_metadata_key import (
+    ShareGroupTargetAssignmentMetadataKey,
+)
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.share_group_heartbeat_response import Assignment as WireAssignment
+from protocol.messages.share_group_heartbeat_response import ShareGroupHeartbeatResponse, TopicPartitions
+
+from . import records as rec
+from .assignor import MemberSpec, assign
+from .broker_defaults import broker_value
+from .configs import EffectiveGroupConfig, effective
+from .model import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    STATE_DEAD,
+    Assignment,
+    ShareGroup,
+    ShareGroupMember,
+    normalize,
+)
+from .records import MEMBER_STATE_STABLE, CoordinatorRecord
+from .session_timers import SessionTimers
+from .topics import EMPTY_TOPICS, TopicInfo, TopicLookup, metadata_hash
+
+ASSIGNOR_NAME = "simple"
+MAX_MEMBER_ID_LENGTH = 36  # kshare's limit; ShareFetch/ShareAcknowledge enforce the same
+
+
+class ReplayError(RuntimeError):
+    """The records are out of the order Kafka writes them in (a corrupt or foreign log)."""
+
+
+@dataclass
+class HeartbeatResult:
+    """Fields of the ShareGroupHeartbeat response, plus what the broker must act on.
+
+    ``records`` are already applied; append them to ``__consumer_offsets``.
+    ``assignment`` None means the response's Assignment is null; otherwise it is the
+    member's full assignment as sorted ``(topic id, partitions)`` pairs (maybe empty).
+    ``departed`` lists ``(group id, member id)`` of members that left: their acquired
+    records must be released by the share-partition leaders.
+    """
+
+    records: list[CoordinatorRecord] = field(default_factory=list)
+    error_code: int = 0
+    error_message: str | None = None
+    member_id: str | None = None
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: list[tuple[uuid.UUID, list[int]]] | None = None
+    departed: list[tuple[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def failed(cls, code: int, message: str | None) -> "HeartbeatResult":
+        return cls(error_code=int(code), error_message=message)
+
+    def to_response(self, throttle_time_ms: int = 0):
+        """The generated ShareGroupHeartbeatResponse for these fields."""
+        wire_assignment = None
+        if self.assignment is not None:
+            wire_assignment = WireAssignment([TopicPartitions(t, list(ps)) for t, ps in self.assignment])
+        return ShareGroupHeartbeatResponse(
+            throttle_time_ms=throttle_time_ms,
+            error_code=self.error_code,
+            error_message=self.error_message,
+            member_id=self.member_id,
+            member_epoch=self.member_epoch,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            assignment=wire_assignment,
+        )
+
+
+@dataclass
+class ExpiryResult:
+    """Records for members whose session expired (already applied) and who they were."""
+
+    records: list[CoordinatorRecord] = field(default_factory=list)
+    departed: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MemberDescription:
+    member_id: str
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: list[str]
+    # current assignment: (topic id, topic name, partitions); topics unknown to the image are left out
+    assignment: list[tuple[uuid.UUID, str, list[int]]]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    group_id: str
+    state: str
+    group_epoch: int
+    assignment_epoch: int
+    assignor_name: str
+    members: list[MemberDescription]
+
+
+AssignableHook = Callable[[str, TopicInfo], AbstractSet[int]]
+
+
+def _all_partitions(group_id: str, topic: TopicInfo) -> AbstractSet[int]:
+    return range(topic.num_partitions)
+
+
+def _is_blank(text: str) -> bool:
+    """Java's ``trim().isEmpty()``: nothing but code points <= U+0020."""
+    return all(ord(c) <= 32 for c in text)
+
+
+def validate_request(group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
+                     subscribed_topic_names: Iterable[str] | None) -> str | None:
+    """The INVALID_REQUEST message for a malformed ShareGroupHeartbeat, or None if it is fine.
+
+    Kafka's checks in Kafka's order; the 36-character member-id limit is kshare's.
+    """
+    if member_id is None or _is_blank(member_id):
+        return "MemberId can't be empty."
+    if len(member_id) > MAX_MEMBER_ID_LENGTH:
+        return f"MemberId can't be longer than {MAX_MEMBER_ID_LENGTH} characters."
+    if group_id is None or _is_blank(group_id):
+        return "GroupId can't be empty."
+    if rack_id is not None and _is_blank(rack_id):
+        return "RackId can't be empty."
+    if member_epoch == 0 and not subscribed_topic_names:
+        return "SubscribedTopicNames must be set in first request."
+    if member_epoch < LEAVE_GROUP_MEMBER_EPOCH:
+        return "MemberEpoch is invalid."
+    return None
+
+
+class ShareGroupCoordinator:
+    """All share groups of one ``__consumer_offsets`` partition (one owner, no locks).
+
+    ``topics``: topic lookup (replace it with ``on_metadata_change``).
+    ``broker_config``: broker properties (``group.share.max.size``, ``group.share.*``
+    defaults). ``group_config(group_id)``: the group's own config props (empty if none).
+    ``assignable_partitions(group_id, topic)``: partitions that may be assigned now —
+    all of them by default, since kshare initialises share partitions synchronously;
+    the durable-state code can narrow it and then call ``assignable_changed``.
+    ``foreign_group_type(group_id)``: the type of a non-share group with that id
+    (classic/consumer/streams) or None; such ids answer GROUP_ID_NOT_FOUND.
+    """
+
+    def __init__(
+        self,
+        topics: TopicLookup | None = None,
+        *,
+        broker_config: Mapping[str, str] | None = None,
+        group_config: Callable[[str], Mapping[str, str]] | None = None,
+        assignable_partitions: AssignableHook | None = None,
+        foreign_group_type: Callable[[str], str | None] | None = None,
+    ) -> None:
+        self._topics: TopicLookup = topics if topics is not None else EMPTY_TOPICS
+        self._broker_config = dict(broker_config or {})
+        self._group_config = group_config or (lambda group_id: {})
+        self._assignable = assignable_partitions or _all_partitions
+        self._foreign_group_type = foreign_group_type or (lambda group_id: None)
+        self._max_size = broker_value("group.share.max.size", self._broker_config)
+        self._groups: dict[str, ShareGroup] = {}
+        self._timers = SessionTimers()
+        self._settings_cache: dict[str, tuple[dict, EffectiveGroupConfig]] = {}
+        # group id -> (assignment epoch, assignable version, topics version) known to have
+        # every assignable partition in some target: spares heartbeats an O(partitions) scan
+        self._settled: dict[str, tuple[int, int, int]] = {}
+        self._assignable_version = 0
+        self._topics_version = 0
+        self._replayers = {
+            ShareGroupMemberMetadataKey: self._replay_member_metadata,
+            ShareGroupMetadataKey: self._replay_group_metadata,
+            ShareGroupTargetAssignmentMetadataKey: self._replay_target_metadata,
+            ShareGroupTargetAssignmentMemberKey: self._replay_target_member,
+            ShareGroupCurrentMemberAssignmentKey: self._replay_current_assignment,
+            ShareGroupStatePartitionMetadataKey: self._replay_state_partition_metadata,
+        }
+
+    # ------------------------------------------------------------------ settings
+
+    def settings(self, group_id: str) -> EffectiveGroupConfig:
+        """The group's effective configs (group overrides on broker-derived defaults).
+        Cached per group while its props stay equal: every heartbeat asks."""
+        props = self._group_config(group_id)
+        cached = self._settings_cache.get(group_id)
+        if cached is not None and cached[0] == props:
+            return cached[1]
+        settings = effective(props, self._broker_config)
+        if len(self._settings_cache) > 4096:
+            self._settings_cache.clear()
+        self._settings_cache[group_id] = (dict(props), settings)
+        return settings
+
+    # ------------------------------------------------------------------ heartbeat
+
+    def heartbeat(
+        self,
+        group_id: str,
+        member_id: str,
+        member_epoch: int,
+        rack_id: str | None,
+        subscribed_topic_names: Iterable[str] | None,
+        client_id: str,
+        client_host: str,
+        now_ms: int,
+    ) -> HeartbeatResult:
+        """Handle one ShareGroupHeartbeat (epoch 0 joins, -1 leaves, otherwise heartbeats)."""
+        if subscribed_topic_names is not None:
+            subscribed_topic_names = list(subscribed_topic_names)
+        problem = validate_request(group_id, member_id, member_epoch, rack_id, subscribed_topic_names)
+        if problem is not None:
+            return HeartbeatResult.failed(ErrorCode.INVALID_REQUEST, problem)
+        try:
+            if member_epoch == LEAVE_GROUP_MEMBER_EPOCH:
+                return self._leave(group_id, member_id)
+            return self._heartbeat(group_id, member_id, member_epoch, rack_id, subscribed_topic_names,
+                                   client_id, client_host, now_ms)
+        except KafkaError as e:
+            return HeartbeatResult.failed(e.code, e.message)
+
+    def _share_group_or_raise(self, group_id: str, create: bool) -> ShareGroup:
+        if self._foreign_group_type(group_id) is not None:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+        group = self._groups.get(group_id)
+        if group is None:
+            if not create:
+                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Share group {group_id} not found.")
+            group = ShareGroup(group_id)  # materialises when its records are replayed
+        return group
+
+    def _heartbeat(self, group_id, member_id, member_epoch, rack_id, subscribed_topic_names,
+                   client_id, client_host, now_ms) -> HeartbeatResult:
+        group = self._share_group_or_raise(group_id, create=member_epoch == 0)
+        if len(group.members) >= self._max_size and member_id not in group.members:
+            raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                             f"The share group has reached its maximum capacity of {self._max_size} members.")
+        old = group.members.get(member_id)
+        is_new = old is None
+        if is_new:
+            if member_epoch != 0:
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {member_id} is not a member of group {group_id}.")
+            old = ShareGroupMember(member_id)
+        elif member_epoch != 0:
+            _check_member_epoch(old, member_epoch)
+
+        settings = self.settings(group_id)
+        records: list[CoordinatorRecord] = []
+
+        # 1. Member metadata: rack and subscription change only when sent; client always.
+        subscription = old.subscribed_topic_names
+        if subscribed_topic_names is not None:
+            subscription = tuple(sorted(set(subscribed_topic_names)))
+        updated = replace(
+            old,
+            rack_id=old.rack_id if rack_id is None else rack_id,
+            client_id=client_id,
+            client_host=client_host,
+            subscribed_topic_names=subscription,
+        )
+        if is_new or updated != old:
+            records.append(rec.member_metadata(group_id, member_id, updated.rack_id, client_id, client_host,
+                                               subscription))
+        subscription_changed = subscription != old.subscribed_topic_names
+
+        # 2. Group epoch: bumped by a subscription change or by partitions that became
+        #    assignable but are in nobody's target yet.
+        group_epoch = group.group_epoch
+        if subscription_changed or self._assignment_pending(group):
+            names = Counter(group.subscribed_names)
+            names.subtract(old.subscribed_topic_names)
+            names.update(subscription)
+            group_epoch += 1
+            new_hash = metadata_hash((n for n, c in names.items() if c > 0), self._topics)
+            records.append(rec.group_metadata(group_id, group_epoch, new_hash))
+
+        # 3. Target assignment, when the group moved past the last one computed.
+        target_epoch = group.assignment_epoch
+        target = group.targets.get(member_id, {})
+        if group_epoch > group.assignment_epoch:
+            new_targets = self._compute_targets(group, updated)
+            for mid in sorted(new_targets):
+                if mid not in group.targets or new_targets[mid] != group.targets[mid]:
+                    records.append(rec.target_member(group_id, mid, new_targets[mid]))
+            records.append(rec.target_metadata(group_id, group_epoch, now_ms))
+            target_epoch = group_epoch
+            target = new_targets[member_id]
+
+        # 4. Reconcile: straight to the target epoch and partitions (no revocation barrier).
+        reconciled = updated
+        if target_epoch != old.member_epoch:
+            reconciled = replace(updated, member_epoch=target_epoch, previous_member_epoch=old.member_epoch,
+                                 state=MEMBER_STATE_STABLE, assigned=self._filter(target, subscription))
+        elif subscription_changed:
+            reconciled = replace(updated, assigned=self._filter(target, subscription))
+        if _assignment_fields(reconciled) != _assignment_fields(old):
+            records.append(rec.current_assignment(group_id, member_id, reconciled.member_epoch,
+                                                  reconciled.previous_member_epoch, reconciled.assigned,
+                                                  reconciled.state))
+
+        self.replay_all(records)
+        self._timers.arm(group_id, member_id, now_ms + settings.share_session_timeout_ms)
+
+        send_assignment = (member_epoch == 0 or subscribed_topic_names is not None
+                           or reconciled.assigned != old.assigned)
+        return HeartbeatResult(
+            records=records,
+            member_id=member_id,
+            member_epoch=reconciled.member_epoch,
+            heartbeat_interval_ms=settings.share_heartbeat_interval_ms,
+            assignment=_wire_assignment(reconciled.assigned) if send_assignment else None,
+        )
+
+    def _leave(self, group_id: str, member_id: str) -> HeartbeatResult:
+        group = self._share_group_or_raise(group_id, create=False)
+        if member_id not in group.members:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
+        records = self._remove_member(group, member_id)
+        return HeartbeatResult(records=records, member_id=member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                               heartbeat_interval_ms=0, assignment=None, departed=[(group_id, member_id)])
+
+    def _remove_member(self, group: ShareGroup, member_id: str) -> list[CoordinatorRecord]:
+        """Leave / fence: tombstones in Kafka's order, then an epoch bump (always)."""
+        group_id = group.group_id
+        names = Counter(group.subscribed_names)
+        names.subtract(group.members[member_id].subscribed_topic_names)
+        new_hash = metadata_hash((n for n, c in names.items() if c > 0), self._topics)
+        records = [
+            rec.current_assignment_tombstone(group_id, member_id),
+            rec.target_member_tombstone(group_id, member_id),
+            rec.member_metadata_tombstone(group_id, member_id),
+            rec.group_metadata(group_id, group.group_epoch + 1, new_hash),
+        ]
+        self.replay_all(records)
+        self._timers.cancel(group_id, member_id)
+        return records
+
+    # ------------------------------------------------------------------ assignment
+
+    def _topic_ids(self, names: Iterable[str]) -> set[uuid.UUID]:
+        ids = set()
+        for name in names:
+            topic = self._topics.topic_by_name(name)
+            if topic is not None:
+                ids.add(topic.topic_id)
+        return ids
+
+    def _compute_targets(self, group: ShareGroup, updated: ShareGroupMember) -> dict[str, Assignment]:
+        members = dict(group.members)
+        members[updated.member_id] = updated
+        specs = {
+            mid: MemberSpec(self._topic_ids(m.subscribed_topic_names), group.targets.get(mid, {}))
+            for mid, m in members.items()
+        }
+        topics = {}
+        for name in {n for m in members.values() for n in m.subscribed_topic_names}:
+            topic = self._topics.topic_by_name(name)
+            if topic is not None:
+                topics[topic.topic_id] = self._assignable(group.group_id, topic)
+        return {mid: normalize(a) for mid, a in assign(specs, topics).items()}
+
+    def _filter(self, target: Assignment, subscription: tuple[str, ...]) -> Assignment:
+        """The part of a target on topics the member subscribes to now."""
+        wanted = set(subscription)
+        kept = {}
+        for topic_id, partitions in target.items():
+            topic = self._topics.topic_by_id(topic_id)
+            if topic is not None and topic.name in wanted:
+                kept[topic_id] = partitions
+        return kept
+
+    def _assignment_pending(self, group: ShareGroup) -> bool:
+        """Kafka's "initialized assignment pending": some assignable partition of a subscribed
+        topic is in no member's target. Only meaningful once the target is current."""
+        if not group.members or group.group_epoch != group.assignment_epoch:
+            return False
+        stamp = (group.assignment_epoch, self._assignable_version, self._topics_version)
+        if self._settled.get(group.group_id) == stamp:
+            return False
+        for name in group.subscribed_names:
+            topic = self._topics.topic_by_name(name)
+            if topic is None:
+                continue
+            assignable = self._assignable(group.group_id, topic)
+            held = group.target_holders.get(topic.topic_id, {})
+            if any(p not in held for p in assignable):
+                return True
+        self._settled[group.group_id] = stamp
+        return False
+
+    def assignable_changed(self) -> None:
+        """Tell the coordinator that ``assignable_partitions`` answers differently now;
+        the next heartbeat of each affected group bumps its epoch and reassigns."""
+        self._assignable_version += 1
+
+    # ------------------------------------------------------------------ timers
+
+    def expire_sessions(self, now_ms: int) -> ExpiryResult:
+        """Fence every member whose session deadline is <= now (same records as a leave)."""
+        result = ExpiryResult()
+        for group_id, member_id in self._timers.pop_expired(now_ms):
+            group = self._groups.get(group_id)
+            if group is None or member_id not in group.members:
+                continue
+            result.records.extend(self._remove_member(group, member_id))
+            result.departed.append((group_id, member_id))
+        return result
+
+    def next_deadline(self) -> int | None:
+        """The earliest session deadline (ms), or None when no member has one."""
+        return self._timers.next_deadline()
+
+    def session_deadline(self, group_id: str, member_id: str) -> int | None:
+        return self._timers.deadline(group_id, member_id)
+
+    def on_loaded(self, now_ms: int) -> list[CoordinatorRecord]:
+        """After replaying the log: give every member a fresh session deadline, and bump
+        the epoch of groups whose topics changed while the coordinator was away."""
+        for group_id, group in self._groups.items():
+            timeout = None
+            for member_id in group.members:
+                if not self._timers.is_armed(group_id, member_id):
+                    if timeout is None:
+                        timeout = self.settings(group_id).share_session_timeout_ms
+                    self._timers.arm(group_id, member_id, now_ms + timeout)
+        return self.on_metadata_change(self._topics)
+
+    # ------------------------------------------------------------------ topics
+
+    def on_metadata_change(self, topics: TopicLookup) -> list[CoordinatorRecord]:
+        """Adopt a new topic view. Groups whose subscribed topics were created, deleted,
+        recreated or resized get a new group epoch (and so a new target assignment on
+        their next heartbeat); returns those ShareGroupMetadata records."""
+        self._topics = topics
+        self._topics_version += 1
+        records = []
+        for group_id in sorted(self._groups):
+            group = self._groups[group_id]
+            new_hash = metadata_hash(group.subscribed_names, topics)
+            if new_hash != group.metadata_hash:
+                record = rec.group_metadata(group_id, group.group_epoch + 1, new_hash)
+                self.replay(record)
+                records.append(record)
+        return records
+
+    @property
+    def topics(self) -> TopicLookup:
+        return self._topics
+
+    # ------------------------------------------------------------------ admin
+
+    def delete_group(self, group_id: str) -> list[CoordinatorRecord]:
+        """DeleteGroups for a share group: raises KafkaError GROUP_ID_NOT_FOUND (69) if it
+        does not exist, NON_EMPTY_GROUP (68) if it has members."""
+        group = self._share_group_or_raise(group_id, create=False)
+        if group.members:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"Share group {group_id} is not empty.")
+        records = [rec.target_member_tombstone(group_id, mid) for mid in sorted(group.targets)]
+        records += [
+            rec.target_metadata_tombstone(group_id),
+            rec.state_partition_metadata_tombstone(group_id),
+            rec.group_metadata_tombstone(group_id),
+        ]
+        self.replay_all(records)
+        self._settled.pop(group_id, None)
+        return records
+
+    def has_group(self, group_id: str) -> bool:
+        return group_id in self._groups
+
+    def group_ids(self) -> list[str]:
+        return sorted(self._groups)
+
+    def group_state(self, group_id: str) -> str:
+        group = self._groups.get(group_id)
+        return STATE_DEAD if group is None else group.state
+
+    def list_groups(self, states: Iterable[str] | None = None) -> list[tuple[str, str]]:
+        """``(group id, state)`` for every share group, optionally only the given states
+        (compared case-insensitively, as ListGroups does)."""
+        wanted = None if not states else {s.lower() for s in states}
+        return [(gid, g.state) for gid, g in sorted(self._groups.items())
+                if wanted is None or g.state.lower() in wanted]
+
+    def describe_group(self, group_id: str) -> GroupDescription | None:
+        """ShareGroupDescribe data, or None when there is no such share group."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return None
+        members = []
+        for mid, m in sorted(group.members.items()):
+            assignment = []
+            for topic_id, partitions in sorted(m.assigned.items()):
+                topic = self._topics.topic_by_id(topic_id)
+                if topic is not None:
+                    assignment.append((topic_id, topic.name, sorted(partitions)))
+            members.append(MemberDescription(mid, m.rack_id, m.member_epoch, m.client_id, m.client_host,
+                                             list(m.subscribed_topic_names), assignment))
+        return GroupDescription(group_id, group.state, group.group_epoch, group.assignment_epoch,
+                                ASSIGNOR_NAME, members)
+
+    def member(self, group_id: str, member_id: str) -> ShareGroupMember | None:
+        group = self._groups.get(group_id)
+        return None if group is None else group.members.get(member_id)
+
+    def target_assignment(self, group_id: str, member_id: str) -> Assignment | None:
+        group = self._groups.get(group_id)
+        return None if group is None else group.targets.get(member_id)
+
+    def snapshot(self) -> dict:
+        """Plain data of everything the records built (not timers): equal after a replay."""
+        return {gid: g.snapshot() for gid, g in sorted(self._groups.items())}
+
+    # ------------------------------------------------------------------ replay
+
+    def replay_all(self, records: Iterable[CoordinatorRecord]) -> None:
+        for record in records:
+            self.replay(record)
+
+    def replay(self, record: CoordinatorRecord) -> None:
+        """Apply one ShareGroup* record; the only code that changes group state."""
+        key, value = record
+        handler = self._replayers.get(type(key))
+        if handler is None:
+            raise ReplayError(f"not a share-group record: {type(key).__name__}")
+        handler(key, value)
+
+    def _group_for(self, group_id: str, value) -> ShareGroup | None:
+        group = self._groups.get(group_id)
+        if group is None and value is not None:
+            group = self._groups[group_id] = ShareGroup(group_id)
+        return group
+
+    def _replay_member_metadata(self, key, value) -> None:
+        group = self._group_for(key.group_id, value)
+        if group is None:
+            return
+        old = group.members.get(key.member_id)
+        if value is None:
+            if old is None:
+                return
+            if old.member_epoch != LEAVE_GROUP_MEMBER_EPOCH:
+                raise ReplayError(f"tombstone for member {key.member_id} of group {key.group_id} before its "
+                                  "ShareGroupCurrentMemberAssignment tombstone")
+            if key.member_id in group.targets:
+                raise ReplayError(f"tombstone for member {key.member_id} of group {key.group_id} before its "
+                                  "ShareGroupTargetAssignmentMember tombstone")
+            group.remove_member(key.member_id)
+            return
+        base = old if old is not None else ShareGroupMember(key.member_id)
+        group.set_member(replace(
+            base,
+            rack_id=value.rack_id,
+            client_id=value.client_id,
+            client_host=value.client_host,
+            subscribed_topic_names=tuple(sorted(set(value.subscribed_topic_names))),
+        ))
+
+    def _replay_group_metadata(self, key, value) -> None:
+        group = self._group_for(key.group_id, value)
+        if group is None:
+            return
+        if value is None:
+            if group.members:
+                raise ReplayError(f"tombstone for share group {key.group_id} while it still has members")
+            del self._groups[key.group_id]
+            self._settled.pop(key.group_id, None)
+            return
+        group.group_epoch = value.epoch
+        group.metadata_hash = value.metadata_hash
+
+    def _replay_target_metadata(self, key, value) -> None:
+        group = self._group_for(key.group_id, value)
+        if group is not None:
+            group.assignment_epoch = 0 if value is None else value.assignment_epoch
+
+    def _replay_target_member(self, key, value) -> None:
+        group = self._group_for(key.group_id, value)
+        if group is None:
+            return
+        if value is None:
+            group.set_target(key.member_id, None)
+        else:
+            group.set_target(key.member_id, normalize({tp.topic_id: tp.partitions for tp in value.topic_partitions}))
+
+    def _replay_current_assignment(self, key, value) -> None:
+        group = self._group_for(key.group_id, value)
+        if group is None:
+            return
+        old = group.members.get(key.member_id)
+        if value is None:
+            if old is not None:
+                group.set_member(replace(old, member_epoch=LEAVE_GROUP_MEMBER_EPOCH,
+                                         previous_member_epoch=LEAVE_GROUP_MEMBER_EPOCH, assigned={}))
+            return
+        base = old if old is not None else ShareGroupMember(key.member_id)
+        group.set_member(replace(
+            base,
+            member_epoch=value.member_epoch,
+            previous_member_epoch=value.previous_member_epoch,
+            state=value.state,
+            assigned=normalize({tp.topic_id: tp.partitions for tp in value.assigned_partitions}),
+        ))
+
+    def _replay_state_partition_metadata(self, key, value) -> None:
+        group = self._group_for(key.group_id, value)
+        if group is None:
+            return
+        if value is None:
+            group.initializing_topics = {}
+            group.initialized_topics = {}
+            group.deleting_topics = {}
+            return
+        group.initializing_topics = {t.topic_id: (t.topic_name, frozenset(t.partitions))
+                                     for t in value.initializing_topics}
+        group.initialized_topics = {t.topic_id: (t.topic_name, frozenset(t.partitions))
+                                    for t in value.initialized_topics}
+        group.deleting_topics = {t.topic_id: t.topic_name for t in value.deleting_topics}
+
+
+def _check_member_epoch(member: ShareGroupMember, received: int) -> None:
+    """FENCED_MEMBER_EPOCH unless the epoch is the member's current or previous one
+    (the previous one is accepted in case the response that moved it on was lost)."""
+    if received > member.member_epoch:
+        raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH,
+                         f"The share group member has a greater member epoch ({received}) than the one known "
+                         f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                         "partitions and rejoin.")
+    if received < member.member_epoch and received != member.previous_member_epoch:
+        raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH,
+                         f"The share group member has a smaller member epoch ({received}) than the one known "
+                         f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                         "partitions and rejoin.")
+
+
+def _assignment_fields(member: ShareGroupMember) -> tuple:
+    return (member.member_epoch, member.previous_member_epoch, member.state, member.assigned)
+
+
+def _wire_assignment(assigned: Assignment) -> list[tuple[uuid.UUID, list[int]]]:
+    return [(t, sorted(ps)) for t, ps in sorted(assigned.items())]

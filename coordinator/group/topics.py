@@ -1,0 +1,81 @@
+"""The coordinator's view of topic metadata, and the group "metadata hash".
+
+The coordinator never owns topics: whoever does (the broker's topic registry) hands
+it an object with ``topic_by_name`` / ``topic_by_id``. ``TopicsImage`` is a small
+immutable implementation for tests and for callers without a registry of their own.
+
+Kafka stores a hash of the subscribed topics' metadata in ShareGroupMetadataValue and
+bumps the group epoch when it changes. Only internal consistency matters (the value is
+never compared with Kafka's), so this is a 64-bit BLAKE2b over the topic id, name and
+partition count of every subscribed topic that exists, in topic-name order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import uuid
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    topic_id: uuid.UUID
+    name: str
+    num_partitions: int
+
+
+class TopicLookup(Protocol):
+    def topic_by_name(self, name: str) -> TopicInfo | None: ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+
+
+class TopicsImage:
+    """An immutable topic lookup built from ``TopicInfo`` values."""
+
+    __slots__ = ("_by_name", "_by_id")
+
+    def __init__(self, topics: Iterable[TopicInfo] = ()) -> None:
+        self._by_name = {t.name: t for t in topics}
+        self._by_id = {t.topic_id: t for t in self._by_name.values()}
+
+    def topic_by_name(self, name: str) -> TopicInfo | None:
+        return self._by_name.get(name)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    def with_topic(self, topic: TopicInfo) -> "TopicsImage":
+        """A copy with ``topic`` added or replaced (by name)."""
+        return TopicsImage([*(t for t in self._by_name.values() if t.name != topic.name), topic])
+
+    def without_topic(self, name: str) -> "TopicsImage":
+        return TopicsImage(t for t in self._by_name.values() if t.name != name)
+
+    def __iter__(self):
+        return iter(self._by_name.values())
+
+
+EMPTY_TOPICS = TopicsImage()
+
+
+def _topic_hash(topic: TopicInfo) -> bytes:
+    name = topic.name.encode("utf-8")
+    body = b"\x00" + topic.topic_id.bytes + struct.pack(">i", len(name)) + name
+    body += struct.pack(">i", topic.num_partitions)
+    return hashlib.blake2b(body, digest_size=8).digest()
+
+
+def metadata_hash(subscribed_names: Iterable[str], topics: TopicLookup) -> int:
+    """Signed 64-bit hash of the existing subscribed topics (0 when there are none)."""
+    parts = []
+    for name in sorted(set(subscribed_names)):
+        topic = topics.topic_by_name(name)
+        if topic is not None:
+            parts.append(_topic_hash(topic))
+    if not parts:
+        return 0
+    digest = hashlib.blake2b(b"".join(parts), digest_size=8).digest()
+    return struct.unpack(">q", digest)[0]

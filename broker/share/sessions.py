@@ -1,0 +1,114 @@
+"""Share sessions (KIP-932): which partitions a member fetches from this broker, and the epoch.
+
+A session is keyed by (group id, member id). ShareFetch with epoch 0 opens it (replacing any
+old one, whose acquired records are *not* released: their locks expire), -1 closes it, and any
+other epoch must equal the session's current epoch, which then moves on. ShareFetch and
+ShareAcknowledge share one epoch sequence. The cache is bounded by
+``group.share.max.share.sessions`` and never evicts: a full cache refuses new sessions.
+Pure bookkeeping: the caller releases records and builds responses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from protocol.errors import ErrorCode, KafkaError
+
+INT32_MAX = 2**31 - 1
+OPEN, CLOSE = 0, -1
+
+TopicPartition = tuple  # (topic_id: uuid.UUID, partition: int)
+
+
+def next_epoch(epoch: int) -> int:
+    """After INT32_MAX the epoch wraps to 1 (0 and -1 are reserved for open and close)."""
+    return 1 if epoch >= INT32_MAX else epoch + 1
+
+
+@dataclass
+class ShareSession:
+    group_id: str
+    member_id: str
+    epoch: int = 1
+    # Insertion-ordered: the fetch order, rotated by the caller for fairness.
+    partitions: dict[TopicPartition, None] = field(default_factory=dict)
+    connection_id: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.group_id, self.member_id
+
+
+class ShareSessionCache:
+    def __init__(self, max_sessions: int) -> None:
+        self.max_sessions = max_sessions
+        self._sessions: dict[tuple[str, str], ShareSession] = {}
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, group_id: str, member_id: str) -> ShareSession | None:
+        return self._sessions.get((group_id, member_id))
+
+    def sessions(self) -> list[ShareSession]:
+        return list(self._sessions.values())
+
+    def open(self, group_id: str, member_id: str, partitions, connection_id: int | None = None) -> tuple[ShareSession, ShareSession | None]:
+        """Epoch 0: a new session; returns it and the session it replaced (if any)."""
+        key = (group_id, member_id)
+        old = self._sessions.pop(key, None)
+        if old is None and len(self._sessions) >= self.max_sessions:
+            raise KafkaError(
+                ErrorCode.SHARE_SESSION_LIMIT_REACHED,
+                f"The share session cache is full ({self.max_sessions} sessions).",
+            )
+        session = ShareSession(group_id, member_id, 1, dict.fromkeys(partitions), connection_id)
+        self._sessions[key] = session
+        return session, old
+
+    def check_epoch(self, group_id: str, member_id: str, epoch: int, *, acknowledge: bool = False) -> ShareSession:
+        """Find the session a non-zero epoch refers to; -1 matches any epoch."""
+        if epoch == OPEN and acknowledge:
+            raise KafkaError(ErrorCode.INVALID_SHARE_SESSION_EPOCH, "A ShareAcknowledge cannot open a share session.")
+        session = self._sessions.get((group_id, member_id))
+        if session is None:
+            raise KafkaError(
+                ErrorCode.SHARE_SESSION_NOT_FOUND,
+                f"Share session for member {member_id} of group {group_id} not found.",
+            )
+        if epoch != CLOSE and epoch != session.epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                f"Share session epoch {epoch} does not match the expected epoch {session.epoch}.",
+            )
+        return session
+
+    def advance(self, session: ShareSession, added=(), forgotten=()) -> list[TopicPartition]:
+        """An incremental request: add and forget partitions, move the epoch; returns the new ones."""
+        new = []
+        for tp in added:
+            if tp not in session.partitions:
+                session.partitions[tp] = None
+                new.append(tp)
+        for tp in forgotten:
+            session.partitions.pop(tp, None)
+        session.epoch = next_epoch(session.epoch)
+        return new
+
+    def close(self, group_id: str, member_id: str) -> ShareSession | None:
+        return self._sessions.pop((group_id, member_id), None)
+
+    def forget_partitions(self, topic_id) -> None:
+        """Drop a deleted topic's partitions from every session."""
+        for s in self._sessions.values():
+            for tp in [tp for tp in s.partitions if tp[0] == topic_id]:
+                del s.partitions[tp]
+
+
+def rotated(partitions: list, epoch: int) -> list:
+    """Kafka rotates the fetch order by the session epoch so no partition always goes last."""
+    n = len(partitions)
+    if n <= 1 or epoch < 1:
+        return list(partitions)
+    k = epoch % n
+    return partitions[k:] + partitions[:k]

@@ -1,0 +1,761 @@
+"""Unit tests for the share-partition leader state machine (broker/share/partition.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.share.ack_batches import validate_ack_batches
+from broker.share.offset_reset import (
+    parse_auto_offset_reset,
+    parse_iso8601_duration_ms,
+    resolve_start_offset,
+)
+from broker.share.partition import SharePartition, ShareStateError
+from broker.share.state import (
+    ACKNOWLEDGED,
+    ACQUIRED,
+    ARCHIVED,
+    AVAILABLE,
+    INVALID_RECORD_STATE,
+    INVALID_REQUEST,
+    AcquireMode,
+)
+
+GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
+LOCK_MS = 30_000
+
+
+class FakeClock:
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(start: int = 0, *, clock: FakeClock | None = None, **kw) -> tuple[SharePartition, FakeClock]:
+    clock = clock or FakeClock()
+    kw.setdefault("lock_duration_ms", LOCK_MS)
+    sp = SharePartition(clock=clock, **kw)
+    sp.initialize(start, 0, [])
+    return sp, clock
+
+
+def acquire(sp, member, batches, *, max_records=500, batch_size=500, mode=0, fetch_offset=None):
+    if fetch_offset is None:
+        fetch_offset = sp.next_fetch_offset()
+    return sp.acquire(member, batches, fetch_offset=fetch_offset, max_records=max_records,
+                      batch_size=batch_size, mode=mode)
+
+
+def ack(sp, member, *batches, commit=True):
+    t = sp.acknowledge(member, list(batches))
+    assert t.error_code == 0, t
+    if commit:
+        sp.commit(t)
+    return t
+
+
+def rec(sp, offset):
+    for o, state, count, member, _deadline, _pending in sp.iter_records():
+        if o == offset:
+            return state, count, member
+    return None
+
+
+def check_counts(sp):
+    assert sp.delivery_complete_count == sp._recount()
+    assert sp.acquired_count == sp._recount_acquired()
+
+
+# ----------------------------------------------------------------------------- KIP-932 example
+
+
+def kip_view(sp):
+    """(SPSO, SPEO as the KIP writes it, [(first, last, state, count)] runs at/after the SPSO)."""
+    spso = sp.start_offset
+    speo = sp.end_offset + 1 if sp.in_flight_count else sp.end_offset
+    runs = []
+    for o, state, count, _m, _d, _p in sp.iter_records():
+        if o < spso:
+            continue
+        if runs and runs[-1][1] == o - 1 and runs[-1][2:] == (state, count):
+            runs[-1] = (runs[-1][0], o, state, count)
+        else:
+            runs.append((o, o, state, count))
+    return spso, speo, runs
+
+
+def test_kip932_example_table():
+    """The KIP-932 example for offsets 100-121, in its revised (three consumer) form.
+
+    The revision (KIP-932 "persistence and state") says which consumer holds what, which is
+    what makes "lock timeout elapsed 111, 112" possible while 113-118 stay acquired.
+    """
+    sp, clock = make(100)  # topic-partition with latest offset 100
+    assert kip_view(sp) == (100, 100, [])
+
+    # Fetch records 100-109.
+    r = acquire(sp, "c1", [(100, 109)])
+    assert r.ranges == [(100, 109, 1)]
+    assert kip_view(sp) == (100, 110, [(100, 109, ACQUIRED, 1)])
+
+    # Acknowledge 100-109.
+    t = ack(sp, "c1", (100, 109, [ACCEPT]))
+    assert t.state_batches == [(100, 109, ACKNOWLEDGED, 1)]
+    assert kip_view(sp) == (110, 110, [])
+
+    # Fetch records 110-119: consumer 1 gets 110-112, consumer 2 113-118, consumer 3 119.
+    log = [(110, 112), (113, 118), (119, 119)]
+    assert acquire(sp, "c1", log, max_records=3).ranges == [(110, 112, 1)]
+    clock.now = 1_000
+    assert acquire(sp, "c2", log[1:], max_records=6).ranges == [(113, 118, 1)]
+    assert acquire(sp, "c3", log[2:], max_records=1).ranges == [(119, 119, 1)]
+    assert kip_view(sp) == (110, 120, [(110, 119, ACQUIRED, 1)])
+
+    # Release 110 (consumer 1).
+    t = ack(sp, "c1", (110, 110, [RELEASE]))
+    assert t.state_batches == [(110, 110, AVAILABLE, 1)]
+    assert kip_view(sp) == (110, 120, [(110, 110, AVAILABLE, 1), (111, 119, ACQUIRED, 1)])
+
+    # Acknowledge 119 (consumer 3).
+    t = ack(sp, "c3", (119, 119, [ACCEPT]))
+    assert t.state_batches == [(119, 119, ACKNOWLEDGED, 1)]
+    assert kip_view(sp) == (110, 120, [
+        (110, 110, AVAILABLE, 1), (111, 118, ACQUIRED, 1), (119, 119, ACKNOWLEDGED, 1)])
+
+    # Fetch records 110, 120 (consumer 1).
+    clock.now = 2_000
+    log.append((120, 120))
+    assert sp.next_fetch_offset() == 110
+    r = acquire(sp, "c1", log)
+    assert r.ranges == [(110, 110, 2), (120, 120, 1)]
+    assert kip_view(sp) == (110, 121, [
+        (110, 110, ACQUIRED, 2), (111, 118, ACQUIRED, 1), (119, 119, ACKNOWLEDGED, 1),
+        (120, 120, ACQUIRED, 1)])
+
+    # Lock timeout elapsed 111, 112 (consumer 1's records).
+    clock.now = LOCK_MS
+    assert sp.next_deadline() == LOCK_MS
+    t = sp.expire_locks(clock.now)
+    assert t.state_batches == [(111, 112, AVAILABLE, 1)]
+    assert not t.pending
+    assert kip_view(sp) == (110, 121, [
+        (110, 110, ACQUIRED, 2), (111, 112, AVAILABLE, 1), (113, 118, ACQUIRED, 1),
+        (119, 119, ACKNOWLEDGED, 1), (120, 120, ACQUIRED, 1)])
+
+    # Acknowledge 113-118 (consumer 2).
+    t = ack(sp, "c2", (113, 118, [ACCEPT]))
+    assert t.state_batches == [(113, 118, ACKNOWLEDGED, 1)]
+    assert kip_view(sp) == (110, 121, [
+        (110, 110, ACQUIRED, 2), (111, 112, AVAILABLE, 1), (113, 119, ACKNOWLEDGED, 1),
+        (120, 120, ACQUIRED, 1)])
+
+    # Fetch records 111, 112 (consumer 3).
+    assert sp.next_fetch_offset() == 111
+    assert acquire(sp, "c3", log).ranges == [(111, 112, 2)]
+    assert kip_view(sp) == (110, 121, [
+        (110, 112, ACQUIRED, 2), (113, 119, ACKNOWLEDGED, 1), (120, 120, ACQUIRED, 1)])
+
+    # Acknowledge 110 (consumer 1).
+    t = ack(sp, "c1", (110, 110, [ACCEPT]))
+    assert t.state_batches == [(110, 110, ACKNOWLEDGED, 2)]
+    assert kip_view(sp) == (111, 121, [
+        (111, 112, ACQUIRED, 2), (113, 119, ACKNOWLEDGED, 1), (120, 120, ACQUIRED, 1)])
+
+    # Acknowledge 111, 112 (consumer 3).
+    ack(sp, "c3", (111, 112, [ACCEPT]))
+    assert kip_view(sp) == (120, 121, [(120, 120, ACQUIRED, 1)])
+    assert [(e.first, e.last) for e in sp.entries()] == [(120, 120)]
+    check_counts(sp)
+
+
+# ------------------------------------------------------------------------- state diagram
+
+
+def test_acquire_then_accept_reject_gap_release():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 3)])
+    t = sp.acknowledge("m", [(0, 3, [ACCEPT, REJECT, GAP, RELEASE])])
+    assert t.error_code == 0 and t.pending
+    assert t.state_batches == [(0, 0, ACKNOWLEDGED, 1), (1, 2, ARCHIVED, 1), (3, 3, AVAILABLE, 1)]
+    # The new states show at once, but the SPSO waits for the write.
+    assert sp.start_offset == 0
+    assert sp.delivery_complete_count == 3
+    sp.commit(t)
+    assert sp.start_offset == 3
+    assert rec(sp, 3) == (AVAILABLE, 1, None)
+    assert sp.delivery_complete_count == 0
+    assert sp.next_fetch_offset() == 3
+    check_counts(sp)
+
+
+@pytest.mark.parametrize("state_setup", ["available", "acknowledged", "archived", "other_member"])
+def test_ack_of_record_not_acquired_by_member_is_invalid_record_state(state_setup):
+    sp, _ = make()
+    acquire(sp, "m", [(0, 9)])
+    if state_setup == "available":
+        ack(sp, "m", (0, 9, [RELEASE]))
+    elif state_setup == "acknowledged":
+        ack(sp, "m", (5, 9, [ACCEPT]))
+    elif state_setup == "archived":
+        ack(sp, "m", (5, 9, [REJECT]))
+    before = list(sp.iter_records())
+    member = "other" if state_setup == "other_member" else "m"
+    t = sp.acknowledge(member, [(5, 9, [ACCEPT])])
+    assert t.error_code == INVALID_RECORD_STATE
+    assert not t.pending and not t.needs_write
+    assert list(sp.iter_records()) == before
+
+
+def test_acquire_skips_acquired_and_terminal_records():
+    sp, _ = make()
+    acquire(sp, "a", [(0, 4), (5, 9)], batch_size=5)
+    ack(sp, "a", (5, 9, [ACCEPT]))
+    r = acquire(sp, "b", [(0, 4), (5, 9)], fetch_offset=0)
+    assert r.ranges == [] and r.count == 0
+    assert rec(sp, 0) == (ACQUIRED, 1, "a")
+
+
+def test_ack_is_atomic_per_partition():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 9)])
+    acquire(sp, "n", [(10, 19)])
+    before = list(sp.iter_records())
+    # First batch fine, second belongs to another member: nothing may change.
+    t = sp.acknowledge("m", [(0, 4, [ACCEPT]), (10, 12, [ACCEPT])])
+    assert t.error_code == INVALID_RECORD_STATE
+    assert list(sp.iter_records()) == before
+    assert sp.delivery_complete_count == 0
+    # Renew in a failing request does not restart the lock either.
+    t = sp.acknowledge("m", [(0, 4, [RENEW]), (20, 25, [ACCEPT])])
+    assert t.error_code == INVALID_REQUEST
+    assert list(sp.iter_records()) == before
+    check_counts(sp)
+
+
+def test_ack_lookup_errors():
+    sp, _ = make(10)
+    assert sp.acknowledge("m", [(10, 12, [ACCEPT])]).error_code == INVALID_RECORD_STATE  # empty
+    acquire(sp, "m", [(10, 19)])
+    # Below the SPSO: silently done.
+    t = sp.acknowledge("m", [(0, 9, [ACCEPT])])
+    assert t.error_code == 0 and not t.needs_write
+    # Starts below the first cached record (and the SPSO is not inside): not found.
+    sp2, _ = make(10)
+    acquire(sp2, "m", [(20, 29)], fetch_offset=10)
+    assert sp2.start_offset == 20
+    # Past the cached records.
+    assert sp.acknowledge("m", [(15, 25, [ACCEPT])]).error_code == INVALID_REQUEST
+    assert sp.acknowledge("m", [(20, 25, [ACCEPT])]).error_code == INVALID_REQUEST
+    # Bad shape (the handler checks this too).
+    assert sp.acknowledge("m", [(15, 14, [ACCEPT])]).error_code == INVALID_REQUEST
+    assert sp.acknowledge("m", [(10, 12, [ACCEPT, ACCEPT])]).error_code == INVALID_REQUEST
+    assert sp.acknowledge("m", [(10, 12, [7])]).error_code == INVALID_REQUEST
+    # Straddling the SPSO: the part below is skipped.
+    ack(sp, "m", (10, 12, [ACCEPT]))
+    assert sp.start_offset == 13
+    t = ack(sp, "m", (5, 14, [ACCEPT]))
+    assert t.state_batches == [(13, 14, ACKNOWLEDGED, 1)]
+    assert sp.start_offset == 15
+
+
+def test_same_offset_twice_in_one_request():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 9)])
+    t = sp.acknowledge("m", [(0, 5, [ACCEPT]), (5, 9, [ACCEPT])])
+    assert t.error_code == INVALID_RECORD_STATE
+    # Renew then accept on the shared offset is fine (renew starts no transition).
+    t = sp.acknowledge("m", [(0, 5, [RENEW]), (5, 9, [ACCEPT])])
+    assert t.error_code == 0
+    assert t.state_batches == [(5, 9, ACKNOWLEDGED, 1)]
+
+
+def test_per_offset_types_all_equal_do_not_split():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 4)])
+    t = ack(sp, "m", (0, 4, [ACCEPT] * 5))
+    assert t.state_batches == [(0, 4, ACKNOWLEDGED, 1)]
+    assert sp.start_offset == 5
+
+
+# --------------------------------------------------------------------- delivery count limit
+
+
+def test_poison_record_archived_after_five_deliveries():
+    sp, _ = make()
+    for delivery in range(1, 6):
+        r = acquire(sp, "m", [(0, 0), (1, 1)], max_records=1)
+        assert r.ranges == [(0, 0, delivery)]
+        ack(sp, "m", (0, 0, [RELEASE]))
+    assert rec(sp, 0) is None  # archived, then passed by the SPSO
+    assert sp.start_offset == 1
+    assert acquire(sp, "m", [(1, 1)]).ranges == [(1, 1, 1)]
+
+
+def test_poison_record_expiry_at_limit_is_archived():
+    sp, clock = make(max_delivery_count=3)
+    for delivery in range(1, 4):
+        assert acquire(sp, "m", [(0, 0)]).ranges == [(0, 0, delivery)]
+        clock.now += LOCK_MS
+        t = sp.expire_locks(clock.now)
+        expected = ARCHIVED if delivery == 3 else AVAILABLE
+        assert t.state_batches == [(0, 0, expected, delivery)]
+    assert sp.start_offset == 1
+    assert sp.delivery_complete_count == 0
+
+
+def test_throttled_redelivery_isolates_records():
+    """KAFKA-17541: from count 3 (limit 5) chunks halve; the last attempt goes out alone."""
+    sp, _ = make()
+    batch = [(0, 9)]
+    for delivery in (1, 2, 3):  # whole batch while below the throttle limit
+        assert acquire(sp, "m", batch).ranges == [(0, 9, delivery)]
+        ack(sp, "m", (0, 9, [RELEASE]))
+    # Count 3 >= throttle limit 3: 10 >> 1 = 5 records per fetch.
+    assert acquire(sp, "m", batch).ranges == [(0, 4, 4)]
+    assert sp.next_fetch_offset() == 5
+    assert acquire(sp, "m", batch).ranges == [(5, 9, 4)]
+    ack(sp, "m", (0, 9, [RELEASE]))
+    # Count 4 == limit - 1: each record alone.
+    for offset in range(10):
+        assert sp.next_fetch_offset() == offset
+        assert acquire(sp, "m", batch).ranges == [(offset, offset, 5)]
+        ack(sp, "m", (offset, offset, [RELEASE]))  # at the limit -> archived
+    assert sp.start_offset == 10
+    check_counts(sp)
+
+
+def test_throttled_entry_stops_after_other_records():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 4), (5, 9)], batch_size=5)
+    for _ in range(2):
+        ack(sp, "m", (5, 9, [RELEASE]))
+        acquire(sp, "m", [(5, 9)])
+    ack(sp, "m", (5, 9, [RELEASE]))  # 5-9 AVAILABLE at count 3 (throttled)
+    ack(sp, "m", (0, 4, [RELEASE]))  # 0-4 AVAILABLE at count 1
+    # Records already acquired in this call: the throttled entry waits for the next fetch.
+    assert acquire(sp, "m", [(0, 4), (5, 9)]).ranges == [(0, 4, 2)]
+    # Then it goes out on its own, 5 >> 1 = 2 records at a time.
+    assert acquire(sp, "m", [(5, 9), (10, 14)]).ranges == [(5, 6, 4)]
+    assert acquire(sp, "m", [(5, 9), (10, 14)]).ranges == [(7, 8, 4)]
+    assert acquire(sp, "m", [(5, 9), (10, 14)]).ranges == [(9, 9, 4)]
+    assert acquire(sp, "m", [(10, 14)]).ranges == [(10, 14, 1)]
+    check_counts(sp)
+
+
+def test_last_attempt_is_not_added_to_other_records():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 9)])
+    for _ in range(3):  # offset 5 alone goes round to delivery count 4
+        ack(sp, "m", (5, 5, [RELEASE]))
+        acquire(sp, "m", [(0, 9)])
+    assert rec(sp, 5) == (ACQUIRED, 4, "m")
+    ack(sp, "m", (0, 9, [RELEASE]))
+    assert acquire(sp, "m", [(0, 9)]).ranges == [(0, 4, 2)]
+    assert acquire(sp, "m", [(0, 9)]).ranges == [(5, 5, 5)]
+    assert acquire(sp, "m", [(0, 9)]).ranges == [(6, 9, 2)]
+    check_counts(sp)
+
+
+# --------------------------------------------------------------------------- locks
+
+
+def test_lock_expiry_then_redelivery_counts_up():
+    sp, clock = make()
+    acquire(sp, "m", [(0, 9)])
+    assert sp.next_deadline() == LOCK_MS
+    assert sp.expire_locks(LOCK_MS - 1) is None
+    t = sp.expire_locks(LOCK_MS)
+    assert t.state_batches == [(0, 9, AVAILABLE, 1)]
+    assert sp.next_deadline() is None
+    assert sp.acknowledge("m", [(0, 9, [ACCEPT])]).error_code == INVALID_RECORD_STATE
+    clock.now = LOCK_MS
+    assert acquire(sp, "n", [(0, 9)]).ranges == [(0, 9, 2)]
+    assert sp.next_deadline() == 2 * LOCK_MS
+
+
+def test_lock_duration_is_read_at_each_schedule():
+    durations = iter([1_000, 5_000])
+    sp, clock = make(lock_duration_ms=lambda: next(durations))
+    acquire(sp, "m", [(0, 0)])
+    assert sp.next_deadline() == 1_000
+    sp.acknowledge("m", [(0, 0, [RENEW])])
+    assert sp.next_deadline() == 5_000
+
+
+def test_renew_restarts_lock_without_state_change_or_write():
+    sp, clock = make()
+    acquire(sp, "m", [(0, 9)])
+    clock.now = 20_000
+    t = sp.acknowledge("m", [(0, 9, [RENEW])])
+    assert t.error_code == 0 and not t.needs_write and not t.pending
+    assert rec(sp, 0) == (ACQUIRED, 1, "m")
+    assert sp.next_deadline() == 20_000 + LOCK_MS
+    assert sp.expire_locks(LOCK_MS) is None
+    # Partial renew: 0-4 renewed again, 5-9 keep the earlier deadline.
+    clock.now = 40_000
+    ack(sp, "m", (0, 4, [RENEW]))
+    t = sp.expire_locks(50_000)
+    assert t.state_batches == [(5, 9, AVAILABLE, 1)]
+    assert rec(sp, 0) == (ACQUIRED, 1, "m")
+    assert sp.next_deadline() == 40_000 + LOCK_MS
+    # Renew of records not held fails like any ack.
+    assert sp.acknowledge("m", [(5, 9, [RENEW])]).error_code == INVALID_RECORD_STATE
+
+
+def test_stale_lock_entries_do_not_pile_up():
+    sp, clock = make()
+    acquire(sp, "m", [(0, 0)])
+    for i in range(10_000):
+        clock.now = i
+        sp.acknowledge("m", [(0, 0, [RENEW])])
+    assert len(sp._heap) < 1100
+    assert sp.next_deadline() == 9_999 + LOCK_MS
+    assert sp.expire_locks(9_998 + LOCK_MS) is None
+    assert sp.expire_locks(9_999 + LOCK_MS).state_batches == [(0, 0, AVAILABLE, 1)]
+
+
+def test_split_keeps_remaining_lock_time():
+    sp, clock = make()
+    acquire(sp, "m", [(0, 9)])
+    clock.now = 10_000
+    ack(sp, "m", (0, 0, [ACCEPT]))  # splits the batch
+    t = sp.expire_locks(LOCK_MS)
+    assert t.state_batches == [(1, 9, AVAILABLE, 1)]
+
+
+# ---------------------------------------------------------------------- release member
+
+
+def test_release_member_keeps_count_and_archives_at_limit():
+    sp, _ = make()
+    acquire(sp, "a", [(0, 0)])
+    for _ in range(4):
+        ack(sp, "a", (0, 0, [RELEASE]))
+        acquire(sp, "a", [(0, 0)])
+    assert rec(sp, 0) == (ACQUIRED, 5, "a")
+    acquire(sp, "a", [(1, 4)])
+    acquire(sp, "b", [(5, 9)])
+    t = sp.release_member("a")
+    assert t.pending
+    assert t.state_batches == [(0, 0, ARCHIVED, 5), (1, 4, AVAILABLE, 1)]
+    assert rec(sp, 5) == (ACQUIRED, 1, "b")
+    sp.commit(t)
+    assert sp.start_offset == 1
+    assert sp.next_fetch_offset() == 1
+    assert acquire(sp, "b", [(1, 4)]).ranges == [(1, 4, 2)]
+    # Nothing held: an empty, non-pending transition.
+    t = sp.release_member("a")
+    assert not t.pending and not t.needs_write
+    check_counts(sp)
+
+
+# -------------------------------------------------------------------------- two phase
+
+
+def test_pending_transition_blocks_acquire_ack_and_spso():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 9)])
+    t = sp.acknowledge("m", [(0, 9, [RELEASE])])
+    assert rec(sp, 0) == (AVAILABLE, 1, None)
+    assert sp.next_fetch_offset() == 10  # pending AVAILABLE is not re-delivered yet
+    assert acquire(sp, "n", [(0, 9)], fetch_offset=0).ranges == []
+    assert sp.acknowledge("m", [(0, 9, [ACCEPT])]).error_code == INVALID_RECORD_STATE
+    sp.commit(t)
+    assert sp.next_fetch_offset() == 0
+    t = ack(sp, "n", (0, 9, [ACCEPT]), commit=False) if acquire(sp, "n", [(0, 9)]).ranges else None
+    assert sp.start_offset == 0  # terminal but pending
+    sp.commit(t)
+    assert sp.start_offset == 10
+
+
+def test_rollback_restores_exactly():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 4), (5, 9)], batch_size=5)
+    before = list(sp.iter_records())
+    t = sp.acknowledge("m", [(0, 9, [ACCEPT, ACCEPT, REJECT, GAP, RELEASE] * 2)])
+    assert sp.delivery_complete_count == 8
+    sp.rollback(t)
+    assert list(sp.iter_records()) == before
+    assert sp.delivery_complete_count == 0
+    assert sp.acquired_count == 10
+    sp.rollback(t)  # idempotent
+    sp.commit(t)
+    assert list(sp.iter_records()) == before
+    check_counts(sp)
+
+
+def test_lock_expiry_during_pending_ack_then_rollback():
+    sp, clock = make(max_delivery_count=2)
+    acquire(sp, "m", [(0, 4)])
+    t = sp.acknowledge("m", [(0, 4, [ACCEPT])])
+    clock.now = LOCK_MS
+    # The lock passes while the write is in flight: nothing changes yet, but the lock is gone.
+    assert sp.expire_locks(clock.now) is None
+    assert rec(sp, 0) == (ACKNOWLEDGED, 1, None)
+    assert sp.next_deadline() is None
+    sp.rollback(t)
+    # The member lost its lock: the records are AVAILABLE again, count unchanged.
+    assert rec(sp, 0) == (AVAILABLE, 1, None)
+    assert sp.next_fetch_offset() == 0
+    assert sp.delivery_complete_count == 0
+    # At the delivery limit the same sequence archives.
+    assert acquire(sp, "m", [(0, 4)]).ranges == [(0, 4, 2)]
+    t = sp.acknowledge("m", [(0, 4, [ACCEPT])])
+    assert sp.expire_locks(clock.now + LOCK_MS) is None
+    sp.rollback(t)
+    assert sp.start_offset == 5
+    check_counts(sp)
+
+
+def test_lock_expiry_during_pending_then_commit():
+    sp, clock = make()
+    acquire(sp, "m", [(0, 4)])
+    t = sp.acknowledge("m", [(0, 4, [ACCEPT])])
+    assert sp.expire_locks(LOCK_MS) is None
+    sp.commit(t)
+    assert sp.start_offset == 5
+
+
+def test_rollback_with_live_lock_returns_records_to_member():
+    sp, clock = make()
+    acquire(sp, "m", [(0, 4)])
+    t = sp.release_member("m")
+    sp.rollback(t)
+    assert rec(sp, 2) == (ACQUIRED, 1, "m")
+    assert sp.next_deadline() == LOCK_MS
+    ack(sp, "m", (0, 4, [ACCEPT]))
+    assert sp.start_offset == 5
+
+
+def test_expire_transition_is_final():
+    sp, clock = make()
+    acquire(sp, "m", [(0, 4)])
+    t = sp.expire_locks(LOCK_MS)
+    sp.rollback(t)  # no-op: expiry is applied whatever the write's result
+    assert rec(sp, 0) == (AVAILABLE, 1, None)
+
+
+# --------------------------------------------------------------------- acquire shapes
+
+
+def test_batch_optimized_acquires_whole_log_batches():
+    sp, _ = make()
+    r = acquire(sp, "m", [(0, 4), (5, 9), (10, 14)], max_records=6)
+    assert r.ranges == [(0, 9, 1)] and r.count == 10  # MaxRecords is soft
+    assert (r.batch_start, r.batch_end) == (0, 2)
+    assert sp.next_fetch_offset() == 10
+
+
+def test_batch_size_chunks_at_log_batch_boundaries():
+    sp, _ = make()
+    batches = [(0, 2), (3, 5), (6, 8), (9, 11), (12, 12)]
+    r = acquire(sp, "m", batches, batch_size=5)
+    assert r.ranges == [(0, 5, 1), (6, 11, 1), (12, 12, 1)]
+    assert [(e.first, e.last) for e in sp.entries()] == [(0, 5), (6, 11), (12, 12)]
+    # Each chunk is its own entry: acking one costs no split.
+    t = ack(sp, "m", (6, 11, [ACCEPT]))
+    assert t.state_batches == [(6, 11, ACKNOWLEDGED, 1)]
+    assert all(not e.is_split for e in sp.entries())
+
+
+def test_record_limit_mode_is_exact():
+    sp, _ = make()
+    batches = [(0, 9), (10, 19)]
+    r = acquire(sp, "m", batches, max_records=3, mode=AcquireMode.RECORD_LIMIT)
+    assert r.ranges == [(0, 2, 1)] and r.count == 3
+    assert (r.batch_start, r.batch_end) == (0, 1)
+    assert rec(sp, 3) == (AVAILABLE, 0, None)  # rest of the log batch stays available
+    assert sp.end_offset == 9
+    assert sp.next_fetch_offset() == 3
+    r = acquire(sp, "n", batches, max_records=4, mode=AcquireMode.RECORD_LIMIT)
+    assert r.ranges == [(3, 6, 1)]
+    r = acquire(sp, "n", batches, max_records=5, mode=AcquireMode.RECORD_LIMIT)
+    assert r.ranges == [(7, 9, 1), (10, 11, 1)]
+    assert sp.next_fetch_offset() == 12
+    check_counts(sp)
+
+
+def test_reacquire_merges_contiguous_offsets_with_equal_count():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 9)])
+    ack(sp, "m", (0, 9, [RELEASE, ACCEPT, RELEASE, RELEASE, ACCEPT, RELEASE, RELEASE, RELEASE,
+                          ACCEPT, RELEASE]))
+    r = acquire(sp, "n", [(0, 9)])
+    assert r.ranges == [(0, 0, 2), (2, 3, 2), (5, 7, 2), (9, 9, 2)]
+
+
+def test_max_record_locks_limit():
+    sp, _ = make(max_in_flight_records=10)
+    r = acquire(sp, "m", [(0, 5), (6, 11), (12, 17)], max_records=100)
+    assert r.ranges == [(0, 11, 1)]  # soft at log-batch granularity
+    assert sp.in_flight_count == 12
+    assert not sp.can_acquire()
+    assert acquire(sp, "m", [(12, 17)]).ranges == []
+    # Re-acquiring released records inside the window still works, capped at the window end.
+    ack(sp, "m", (4, 5, [RELEASE]))
+    assert sp.can_acquire()
+    r = acquire(sp, "n", [(0, 5), (6, 11), (12, 17)], fetch_offset=sp.next_fetch_offset())
+    assert r.ranges == [(4, 5, 2)]
+    assert sp.end_offset == 11
+    ack(sp, "m", (0, 3, [ACCEPT]))
+    # Window has room again: 12-17 acquired.
+    assert acquire(sp, "m", [(12, 17)]).ranges == [(12, 17, 1)]
+
+
+def test_fetch_from_middle_of_log_batch_on_empty_cache():
+    sp, _ = make(105)
+    r = acquire(sp, "m", [(100, 109)], fetch_offset=105)
+    assert r.ranges == [(105, 109, 1)]
+    assert sp.start_offset == 105
+
+
+def test_compacted_away_available_records_are_archived():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 4), (5, 9)], batch_size=5)
+    ack(sp, "m", (0, 9, [RELEASE]))
+    # 0-4 vanished from the log: the read at 0 starts at 5.
+    r = acquire(sp, "n", [(5, 9), (10, 14)], fetch_offset=0)
+    assert r.ranges == [(5, 9, 2), (10, 14, 1)]
+    assert sp.start_offset == 5
+    assert sp.delivery_complete_count == 0
+    check_counts(sp)
+
+
+def test_log_batches_slice():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 4), (5, 9), (10, 14)], batch_size=5)
+    ack(sp, "m", (5, 7, [RELEASE]))
+    r = acquire(sp, "n", [(0, 4), (5, 9), (10, 14)], fetch_offset=5)
+    assert r.ranges == [(5, 7, 2)]
+    assert (r.batch_start, r.batch_end) == (1, 2)
+
+
+# ------------------------------------------------------------------------- LSO / init
+
+
+def test_log_start_offset_moves_past_in_flight_records():
+    sp, clock = make()
+    acquire(sp, "m", [(0, 4), (5, 9), (10, 14)], batch_size=5)
+    ack(sp, "m", (0, 4, [RELEASE]))
+    ack(sp, "m", (10, 10, [ACCEPT]))
+    assert sp.delivery_complete_count == 1
+    sp.on_log_start_offset(12)
+    assert sp.start_offset == 12
+    assert rec(sp, 0) is None  # available records below the LSO are archived (and dropped)
+    assert [(e.first, e.last) for e in sp.entries()] == [(5, 9), (10, 14)]
+    assert rec(sp, 5) == (ACQUIRED, 1, "m")  # acquired ones stay until acked / expired
+    assert sp.delivery_complete_count == 0
+    # Acks below the SPSO are skipped; straddling ones apply above it.
+    t = ack(sp, "m", (5, 13, [ACCEPT]))
+    assert t.state_batches == [(12, 13, ACKNOWLEDGED, 1)]
+    assert sp.start_offset == 14
+    t = sp.expire_locks(LOCK_MS)
+    assert t.state_batches == [(5, 9, ARCHIVED, 1), (11, 11, ARCHIVED, 1), (14, 14, AVAILABLE, 1)]
+    assert [(e.first, e.last) for e in sp.entries()] == [(10, 14)]
+    assert sp.next_fetch_offset() == 14
+    check_counts(sp)
+
+
+def test_log_start_offset_past_everything():
+    sp, _ = make()
+    acquire(sp, "m", [(0, 9)])
+    ack(sp, "m", (0, 4, [RELEASE]))
+    sp.on_log_start_offset(20)
+    assert sp.start_offset == 20 and sp.end_offset == 20
+    assert sp.in_flight_count == 0
+    assert sp.next_fetch_offset() == 20
+    assert acquire(sp, "n", [(18, 25)], fetch_offset=20).ranges == [(20, 25, 1)]
+    sp.expire_locks(LOCK_MS)
+    assert [(e.first, e.last) for e in sp.entries()] == [(20, 25)]
+    check_counts(sp)
+
+
+def test_initialize_from_persisted_state():
+    sp = SharePartition(clock=FakeClock(), lock_duration_ms=LOCK_MS)
+    sp.initialize(100, 3, [(100, 104, ACKNOWLEDGED, 1), (110, 114, AVAILABLE, 2),
+                           (115, 119, ARCHIVED, 5)])
+    assert sp.state_epoch == 3
+    assert sp.start_offset == 105  # leading terminal batch passed
+    assert sp.delivery_complete_count == 5
+    assert sp.end_offset == 119
+    # The hole 105-109 was fetched but never persisted: delivered again first.
+    assert sp.next_fetch_offset() == 105
+    r = acquire(sp, "m", [(100, 109), (110, 119), (120, 121)])
+    assert r.ranges == [(105, 109, 1), (110, 114, 3), (120, 121, 1)]
+    assert (r.batch_start, r.batch_end) == (0, 3)
+    check_counts(sp)
+
+
+def test_initialize_rejects_bad_state():
+    sp = SharePartition(clock=FakeClock())
+    with pytest.raises(ShareStateError):
+        sp.initialize(10, 0, [(5, 12, AVAILABLE, 1)])
+    with pytest.raises(ShareStateError):
+        sp.initialize(-1, 0, [])
+    with pytest.raises(ShareStateError):
+        sp.initialize(0, 0, [(0, 5, AVAILABLE, 1), (3, 8, AVAILABLE, 1)])
+
+
+def test_initialize_all_terminal():
+    sp = SharePartition(clock=FakeClock())
+    sp.initialize(0, 1, [(0, 9, ACKNOWLEDGED, 1)])
+    assert (sp.start_offset, sp.end_offset, sp.delivery_complete_count) == (10, 10, 0)
+    assert sp.entries() == []
+
+
+def test_transition_carries_write_fields():
+    sp = SharePartition(clock=FakeClock())
+    sp.initialize(0, 7, [])
+    acquire(sp, "m", [(0, 9)])
+    t = sp.acknowledge("m", [(0, 4, [ACCEPT])])
+    assert (t.state_epoch, t.start_offset, t.delivery_complete_count) == (7, 0, 5)
+    sp.commit(t)
+    t = sp.acknowledge("m", [(5, 9, [ACCEPT])])
+    assert (t.start_offset, t.delivery_complete_count) == (5, 5)
+
+
+# --------------------------------------------------------------------- pure helpers
+
+
+@pytest.mark.parametrize("batches, version, renew, expected", [
+    ([(0, 9, [1])], 2, False, None),
+    ([(0, 2, [1, 2, 3])], 1, False, None),
+    ([(5, 4, [1])], 2, False, INVALID_REQUEST),
+    ([(0, 5, [1]), (5, 9, [1])], 2, False, None),  # one-offset overlap passes
+    ([(0, 5, [1]), (4, 9, [1])], 2, False, INVALID_REQUEST),
+    ([(0, 5, [])], 2, False, INVALID_REQUEST),
+    ([(0, 5, None)], 2, False, INVALID_REQUEST),
+    ([(0, 2, [1, 1])], 2, False, INVALID_REQUEST),
+    ([(0, 2, [-1])], 2, False, INVALID_REQUEST),
+    ([(0, 2, [4])], 1, True, INVALID_REQUEST),
+    ([(0, 2, [4])], 2, False, INVALID_REQUEST),
+    ([(0, 2, [4])], 2, True, None),
+    ([(0, 2, [1, 4, 1])], 2, True, None),  # mixing is allowed
+    ([(0, 2, [5])], 2, True, INVALID_REQUEST),
+])
+def test_validate_ack_batches(batches, version, renew, expected):
+    assert validate_ack_batches(batches, version, renew) == expected
+
+
+def test_auto_offset_reset():
+    lookups = []
+
+    def by_ts(ts):
+        lookups.append(ts)
+        return 42 if ts <= 1_000_000 else None
+
+    kw = dict(log_start_offset=5, log_end_offset=99, offset_for_timestamp=by_ts, now_ms=1_000_000)
+    assert resolve_start_offset("latest", **kw) == 99
+    assert resolve_start_offset("EARLIEST", **kw) == 5
+    assert resolve_start_offset("by_duration:PT1H", **kw) == 42
+    assert lookups == [1_000_000 - 3_600_000]
+    assert resolve_start_offset("by_duration:PT0S", **{**kw, "now_ms": 2_000_000}) is None
+    assert parse_auto_offset_reset("by_duration:P1DT2H3M4.5S") == (
+        "by_duration", 86_400_000 + 7_200_000 + 180_000 + 4_500)
+    assert parse_iso8601_duration_ms("pt0.001s") == 1
+    for bad in ("none", "by_duration:", "by_duration:-PT1H", "by_duration:P", "by_duration:PT",
+                "by_duration:1H"):
+        with pytest.raises(ValueError):
+            parse_auto_offset_reset(bad)

@@ -153,6 +153,33 @@ _DEFS: list[ConfigDef] = [
        "Largest accepted lead of a record timestamp over the broker clock.", at_least=0, dynamic=True),
     _d("log.cleanup.policy", LIST, ["delete"], "Cleanup policy of new topics.", one_of=("delete", "compact"),
        dynamic=True),
+    # Kafka's other log.* broker properties: defaults of topic configs kshare accepts as-is.
+    ConfigDef("log.roll.jitter.ms", LONG, None, "Largest roll jitter for new segments (ms).", dynamic=True),
+    ConfigDef("log.roll.jitter.hours", INT, 0, "Largest roll jitter for new segments (hours).", at_least=0),
+    ConfigDef("log.cleaner.delete.retention.ms", LONG, 86_400_000, "Default delete.retention.ms.",
+              at_least=0, dynamic=True),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", LONG, 0, "Default min.compaction.lag.ms.", at_least=0,
+              dynamic=True),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", LONG, LONG_MAX, "Default max.compaction.lag.ms.", at_least=1,
+              dynamic=True),
+    ConfigDef("log.cleaner.min.cleanable.ratio", DOUBLE, 0.5, "Default min.cleanable.dirty.ratio.",
+              at_least=0, at_most=1, dynamic=True),
+    ConfigDef("log.segment.delete.delay.ms", LONG, 60_000, "Default file.delete.delay.ms.", at_least=0,
+              dynamic=True),
+    ConfigDef("log.preallocate", BOOLEAN, False, "Default preallocate.", dynamic=True),
+    ConfigDef("unclean.leader.election.enable", BOOLEAN, False, "Default unclean.leader.election.enable.",
+              dynamic=True),
+    ConfigDef("compression.gzip.level", INT, -1, "Default compression.gzip.level.", dynamic=True),
+    ConfigDef("compression.lz4.level", INT, 9, "Default compression.lz4.level.", at_least=1, at_most=17,
+              dynamic=True),
+    ConfigDef("compression.zstd.level", INT, 3, "Default compression.zstd.level.", at_least=-131072, at_most=22,
+              dynamic=True),
+    ConfigDef("log.local.retention.ms", LONG, -2, "Default local.retention.ms.", at_least=-2, dynamic=True),
+    ConfigDef("log.local.retention.bytes", LONG, -2, "Default local.retention.bytes.", at_least=-2, dynamic=True),
+    ConfigDef("remote.log.storage.system.enable", BOOLEAN, False,
+              "Whether tiered storage is enabled on the broker (kshare has none)."),
+    _d("max.request.partition.size.limit", INT, 2000,
+       "Most partitions one DescribeTopicPartitions response may describe.", at_least=1),
     # --- producers ----------------------------------------------------------------------
     _d("producer.id.expiration.ms", INT, 86400000, "Producer state is kept this long after the last write.",
        at_least=1, dynamic=True),
@@ -182,6 +209,21 @@ def register(defs: Iterable[ConfigDef]) -> None:
 register(_DEFS)
 
 
+def _group_defs() -> list[ConfigDef]:
+    """The group coordinator owns its broker properties (group.share.* and friends)."""
+    from coordinator.group.broker_defaults import GROUP_BROKER_CONFIGS
+
+    types = {"int": INT, "boolean": BOOLEAN, "list": LIST}
+    return [
+        ConfigDef(d.name, types[d.type], [d.default] if d.type == "list" else d.default, d.doc,
+                  at_least=d.min, at_most=d.max)
+        for d in GROUP_BROKER_CONFIGS
+    ]
+
+
+register(_group_defs())
+
+
 def read_properties(path: Path) -> dict[str, str]:
     """Parse a Java .properties file (the subset server.properties files use)."""
     props: dict[str, str] = {}
@@ -204,24 +246,32 @@ def read_properties(path: Path) -> dict[str, str]:
     return props
 
 
+DYNAMIC_CONFIG_FILE = "kshare-dynamic-broker-configs.json"
+
+
 class BrokerConfig:
     """Resolved broker properties with the source of each (static file/flag or default).
 
-    Dynamic changes (AlterConfigs on the BROKER resource) live in ``dynamic`` and win over the
-    static value; the broker persists them in its data directory.
+    Dynamic changes (AlterConfigs on the BROKER resource) live in ``dynamic`` (this broker's
+    resource, e.g. "1") and ``dynamic_default`` (the cluster-wide resource ""); precedence is
+    dynamic > dynamic_default > static > default, as in Kafka. They are persisted in
+    ``DYNAMIC_CONFIG_FILE`` in the data directory and reloaded when a config names that
+    directory (Kafka keeps them in its metadata log, i.e. also in the data directory).
     """
 
     def __init__(self, static: Mapping[str, Any] | None = None) -> None:
         self.static: dict[str, str] = {k: str(v) for k, v in (static or {}).items()}
         self.dynamic: dict[str, str] = {}
+        self.dynamic_default: dict[str, str] = {}
         self._values: dict[str, Any] = {}
         self._listeners: list[Callable[[set[str]], None]] = []
+        self._load_dynamic()
         self._resolve()
 
     def _resolve(self) -> None:
         values = {}
         for name, d in DEFS.items():
-            raw = self.dynamic.get(name, self.static.get(name))
+            raw = self.dynamic.get(name, self.dynamic_default.get(name, self.static.get(name)))
             values[name] = d.default if raw is None else d.parse(raw)
         self._values = values
 
@@ -235,9 +285,11 @@ class BrokerConfig:
         return default if v is None else v
 
     def source(self, name: str) -> int:
-        """DescribeConfigs ConfigSource: 2 dynamic broker, 4 static broker, 5 default."""
+        """DescribeConfigs ConfigSource: 2 dynamic broker, 3 dynamic default, 4 static, 5 default."""
         if name in self.dynamic:
             return 2
+        if name in self.dynamic_default:
+            return 3
         if name in self.static:
             return 4
         return 5
@@ -253,9 +305,15 @@ class BrokerConfig:
             out.setdefault(name, value)
         return out
 
-    def set_dynamic(self, changes: Mapping[str, str | None]) -> None:
-        """Apply dynamic changes (None deletes one); validates everything before changing anything."""
-        new = dict(self.dynamic)
+    def set_dynamic(self, changes: Mapping[str, str | None], *, cluster_default: bool = False) -> None:
+        """Apply dynamic changes (None deletes one); validates everything before changing anything.
+
+        ``cluster_default`` selects the cluster-wide layer (BROKER resource "") instead of this
+        broker's own. Call ``save_dynamic`` afterwards to make the change survive a restart.
+        """
+        layer = "dynamic_default" if cluster_default else "dynamic"
+        old = getattr(self, layer)
+        new = dict(old)
         for name, value in changes.items():
             d = DEFS.get(name)
             if d is None or not d.dynamic:
@@ -265,17 +323,57 @@ class BrokerConfig:
             else:
                 d.parse(value)
                 new[name] = value
-        old = self.dynamic
-        self.dynamic = new
+        setattr(self, layer, new)
         try:
             self._resolve()
         except ConfigError:
-            self.dynamic = old
+            setattr(self, layer, old)
             self._resolve()
             raise
         changed = set(old.items()) ^ set(new.items())
         for listener in self._listeners:
             listener({k for k, _ in changed})
+
+    def _dynamic_path(self) -> Path | None:
+        if not (self.static.get("log.dirs") or self.static.get("log.dir")):
+            return None  # no data directory named: nothing to load or persist
+        return self.data_dir / DYNAMIC_CONFIG_FILE
+
+    def _load_dynamic(self) -> None:
+        """Reload persisted dynamic configs; like Kafka, skip (and log) values that no longer parse."""
+        path = self._dynamic_path()
+        if path is None or not path.exists():
+            return
+        import json
+        import logging
+
+        data = json.loads(path.read_text())
+        for layer, key in (("dynamic", "broker"), ("dynamic_default", "cluster_default")):
+            kept = {}
+            for name, value in data.get(key, {}).items():
+                d = DEFS.get(name)
+                try:
+                    if d is not None:
+                        d.parse(value)
+                except ConfigError as e:
+                    logging.getLogger("kshare.config").warning("ignoring persisted dynamic config: %s", e)
+                    continue
+                kept[name] = str(value)
+            setattr(self, layer, kept)
+
+    def save_dynamic(self) -> None:
+        """Persist both dynamic layers atomically (no-op without a named data directory)."""
+        path = self._dynamic_path()
+        if path is None:
+            return
+        import json
+
+        from .log.checkpoint import fsync_dir, write_atomically
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = {"version": 1, "broker": self.dynamic, "cluster_default": self.dynamic_default}
+        write_atomically(str(path), json.dumps(body, indent=1, sort_keys=True).encode(), fsync=True)
+        fsync_dir(str(path.parent))
 
     def on_change(self, listener: Callable[[set[str]], None]) -> None:
         self._listeners.append(listener)

@@ -1,0 +1,52 @@
+"""Helpers shared by the admin handlers (not a handler: the name starts with an underscore)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable
+
+from protocol.errors import ErrorCode
+
+# Kafka's default messages (Errors.java), used where Kafka answers with ``error.message()``.
+DEFAULT_MESSAGES = {
+    ErrorCode.INVALID_REQUEST: (
+        "This most likely occurs because of a request being malformed by the client library or the message "
+        "was sent to an incompatible broker. See the broker logs for more details."
+    ),
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
+    ErrorCode.POLICY_VIOLATION: "Request parameters do not satisfy the configured policy.",
+    ErrorCode.TOPIC_DELETION_DISABLED: "Topic deletion is disabled.",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
+    ErrorCode.UNKNOWN_TOPIC_ID: "This server does not host this topic ID.",
+}
+
+
+def default_message(code: ErrorCode) -> str:
+    """``Errors.message()``: the default text, or the constant's name for codes without one (NONE)."""
+    return DEFAULT_MESSAGES.get(code, code.name)
+
+
+def duplicates(names: Iterable) -> set:
+    return {n for n, count in Counter(names).items() if count > 1}
+
+
+def check_manual_assignment(replicas: list[int], node_id: int, expected_rf: int | None) -> str | None:
+    """Kafka's ``validateManualPartitionAssignment`` on a one-broker cluster: the error message
+    (INVALID_REPLICA_ASSIGNMENT), or None when the assignment is valid."""
+    if not replicas:
+        return "The manual partition assignment includes an empty replica list."
+    previous = None
+    for broker_id in sorted(replicas):
+        if broker_id != node_id:
+            return f"The manual partition assignment includes broker {broker_id}, but no such broker is registered."
+        if broker_id == previous:
+            return f"The manual partition assignment includes the broker {broker_id} more than once."
+        previous = broker_id
+    if expected_rf is not None and len(replicas) != expected_rf:
+        return (f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but this "
+                f"is not consistent with previous partitions, which have {expected_rf} replica(s).")
+    return None
+
+
+# Kafka's ReplicationControlManager.MAX_PARTITIONS_PER_BATCH
+MAX_PARTITIONS_PER_BATCH = 10_000

@@ -1,0 +1,59 @@
+"""FindCoordinator: every coordinator kshare runs lives in this broker.
+
+Key types (Kafka 4.2 CoordinatorType): GROUP 0 answers this broker for any group id; SHARE 2
+(``groupId:topicId:partition``, only from v6) answers this broker too, the share coordinator
+being in-process, and a malformed key is INVALID_REQUEST; TRANSACTION 1 is
+COORDINATOR_NOT_AVAILABLE (no transaction coordinator yet; retriable, as Kafka answers while
+``__transaction_state`` does not exist); any other type is INVALID_REQUEST.
+v0-3 carry one key (and, like Kafka, the message "NONE" on success); v4+ a batch of keys, each
+with its own error and node (-1, "", -1 on error).
+"""
+
+from __future__ import annotations
+
+from coordinator.share.routing import parse_key_string
+from protocol.errors import ErrorCode
+from protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
+
+from ._admin import default_message
+
+API_KEY = 10
+MIN_VERSION, MAX_VERSION = 0, 6
+
+GROUP, TRANSACTION, SHARE = 0, 1, 2
+
+
+def _lookup(version: int, key_type: int, key: str) -> ErrorCode:
+    if key_type == GROUP:
+        return ErrorCode.NONE
+    if key_type == TRANSACTION:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if key_type == SHARE:
+        if version < 6:
+            return ErrorCode.INVALID_REQUEST
+        try:
+            parse_key_string(key)
+        except (ValueError, TypeError, AttributeError):
+            return ErrorCode.INVALID_REQUEST
+        return ErrorCode.NONE
+    return ErrorCode.INVALID_REQUEST
+
+
+async def handle(ctx, req) -> FindCoordinatorResponse:
+    broker = ctx.broker
+    v = ctx.api_version
+
+    def node(code: ErrorCode) -> tuple[int, str, int]:
+        return (broker.node_id, broker.host, broker.port) if code == ErrorCode.NONE else (-1, "", -1)
+
+    if v < 4:
+        code = _lookup(v, req.key_type, req.key)
+        node_id, host, port = node(code)
+        return FindCoordinatorResponse(error_code=code, error_message=default_message(code), node_id=node_id,
+                                       host=host, port=port)
+    coordinators = []
+    for key in req.coordinator_keys:
+        code = _lookup(v, req.key_type, key)
+        node_id, host, port = node(code)
+        coordinators.append(Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=code))
+    return FindCoordinatorResponse(coordinators=coordinators)

@@ -1,0 +1,152 @@
+"""In-process tests of the config model behind the admin APIs: typed parsing with Kafka's
+messages, incremental operations, value/source/synonym resolution, the effect of changes on
+the logs' LogConfig, and persistence of dynamic broker configs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.broker import Broker
+from broker.config import DYNAMIC_CONFIG_FILE, INT, LIST, LONG, BrokerConfig, ConfigError
+from broker.config_resources import APPEND, DELETE, SET, SUBTRACT, AlterOp, apply_ops
+from broker.context import RequestContext
+from broker.handlers import REGISTRY
+from broker.log import MemoryLogStore
+from broker.topic_configs import (
+    TOPIC_CONFIGS,
+    creation_topic_configs,
+    describe_topic_configs,
+    parse_typed,
+    validate_topic_configs,
+)
+from protocol.errors import KafkaError
+from protocol.messages.create_topics_request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
+from protocol.messages.incremental_alter_configs_request import AlterableConfig, AlterConfigsResource
+from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
+
+
+def test_parse_typed_uses_kafka_messages():
+    assert parse_typed("x", LONG, " 42 ") == 42
+    for raw in ("1_000", "4.0", "", "0x10"):
+        with pytest.raises(ConfigError, match=f"^Invalid value {raw} for configuration x: Not a number of type LONG$"):
+            parse_typed("x", LONG, raw)
+    with pytest.raises(ConfigError, match="Not a number of type INT"):
+        parse_typed("x", INT, str(2**31))
+    assert parse_typed("x", LIST, " a, b ,c ") == ["a", "b", "c"]
+    assert parse_typed("x", LIST, "") == []
+
+
+def test_topic_config_table_is_kafka_4_2():
+    assert len(TOPIC_CONFIGS) == 33
+    assert list(TOPIC_CONFIGS) == sorted(TOPIC_CONFIGS)
+    assert "message.format.version" not in TOPIC_CONFIGS and "message.downconversion.enable" not in TOPIC_CONFIGS
+    with pytest.raises(KafkaError, match="Value must be at least 1048576"):
+        validate_topic_configs({"segment.bytes": "1048575"}, BrokerConfig())
+    with pytest.raises(KafkaError, match="Value must be between 1 and 9 or equal to -1"):
+        validate_topic_configs({"compression.gzip.level": "0"}, BrokerConfig())
+    with pytest.raises(KafkaError, match="Value must be no more than 1"):
+        validate_topic_configs({"min.cleanable.dirty.ratio": "1.5"}, BrokerConfig())
+    validate_topic_configs({"leader.replication.throttled.replicas": "0:1,1:1", "cleanup.policy": ""}, BrokerConfig())
+
+
+def test_retention_synonyms_follow_kafka():
+    hours = BrokerConfig({"log.retention.hours": "2"})
+    (entry,) = describe_topic_configs({}, hours, ["retention.ms"])
+    # value from log.retention.hours, but Kafka's synonym list starts at log.retention.ms, so it is empty
+    assert (entry.value, entry.source, entry.synonyms) == ("7200000", 5, ())
+    assert dict((n, (v, s)) for n, v, s in creation_topic_configs({}, hours))["retention.ms"] == ("7200000", 4)
+
+    ms = BrokerConfig({"log.retention.ms": "5000", "log.retention.hours": "2"})
+    (entry,) = describe_topic_configs({"retention.ms": "7"}, ms, ["retention.ms"])
+    assert entry.value == "7" and entry.source == 1
+    assert entry.synonyms == (("retention.ms", "7", 1), ("log.retention.ms", "5000", 4),
+                              ("log.retention.hours", "2", 4), ("log.retention.hours", "168", 5))
+
+
+ops = st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=3).map(",".join)
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c"]), unique=True), ops)
+def test_append_then_subtract_restores_missing_items(start, values):
+    current = {"l": ",".join(start)} if start else {}
+    types, defaults = (lambda n: LIST), (lambda n: None)
+    appended = apply_ops(current, [AlterOp("l", APPEND, values)], types, defaults)
+    items = appended["l"].split(",") if appended["l"] else []
+    assert len(items) == len(set(items))  # APPEND never duplicates
+    assert set(items) == set(start) | set(values.split(","))
+    added = [v for v in dict.fromkeys(values.split(",")) if v not in start]
+    back = apply_ops(appended, [AlterOp("l", SUBTRACT, ",".join(added))], types, defaults) if added else appended
+    assert (back["l"].split(",") if back["l"] else []) == start
+
+
+def test_ops_start_from_the_default_and_delete():
+    types = {"cleanup.policy": LIST, "retention.ms": LONG}.get
+    new = apply_ops({"retention.ms": "5"}, [AlterOp("cleanup.policy", APPEND, "compact"),
+                                            AlterOp("retention.ms", DELETE, None)], types, lambda n: "delete")
+    assert new == {"cleanup.policy": "delete,compact"}
+    with pytest.raises(KafkaError, match="^Can't SUBTRACT to key retention.ms because its type is not LIST.$"):
+        apply_ops({}, [AlterOp("retention.ms", SUBTRACT, "1")], types, lambda n: None)
+    assert apply_ops({}, [AlterOp("x", SET, "1")], types, lambda n: None) == {"x": "1"}
+
+
+def _broker(tmp_path) -> Broker:
+    cfg = BrokerConfig({"log.dirs": str(tmp_path), "listeners": "PLAINTEXT://127.0.0.1:0"})
+    return Broker(cfg, store=MemoryLogStore())
+
+
+def _call(broker, api_key, version, request):
+    ctx = RequestContext(broker, None, api_key, version, 1, "test")
+    return asyncio.run(REGISTRY[api_key].handle(ctx, request))
+
+
+def test_config_changes_reach_the_logs(tmp_path):
+    b = _broker(tmp_path)
+    resp = _call(b, 19, 7, CreateTopicsRequest(topics=[CreatableTopic(
+        name="t", num_partitions=2, replication_factor=-1,
+        configs=[CreatableTopicConfig("retention.ms", "1000"), CreatableTopicConfig("max.message.bytes", "2000")])]))
+    assert resp.topics[0].error_code == 0
+    assert {b.store.get("t", p).config.retention_ms for p in (0, 1)} == {1000}
+    assert b.store.get("t", 1).config.max_message_bytes == 2000
+
+    resp = _call(b, 44, 1, IncrementalAlterConfigsRequest(resources=[
+        AlterConfigsResource(2, "t", [AlterableConfig("retention.ms", DELETE, None),
+                                      AlterableConfig("cleanup.policy", APPEND, "compact")]),
+        AlterConfigsResource(4, "", [AlterableConfig("log.retention.ms", SET, "60000")]),
+    ]))
+    assert [r.error_code for r in resp.responses] == [0, 0]
+    log_cfg = b.store.get("t", 0).config
+    assert (log_cfg.retention_ms, log_cfg.cleanup_policy, log_cfg.max_message_bytes) == (60000, "delete,compact", 2000)
+
+    # a failing resource changes nothing, even its valid operations
+    resp = _call(b, 44, 1, IncrementalAlterConfigsRequest(resources=[AlterConfigsResource(2, "t", [
+        AlterableConfig("max.message.bytes", SET, "3000"), AlterableConfig("retention.ms", SET, "-5")])]))
+    assert resp.responses[0].error_code == 40
+    assert b.store.get("t", 0).config.max_message_bytes == 2000
+
+
+def test_dynamic_broker_configs_persist(tmp_path):
+    b = _broker(tmp_path)
+    resp = _call(b, 44, 1, IncrementalAlterConfigsRequest(resources=[
+        AlterConfigsResource(4, str(b.node_id), [AlterableConfig("log.retention.ms", SET, "1234")]),
+        AlterConfigsResource(4, "", [AlterableConfig("log.retention.ms", SET, "999"),
+                                     AlterableConfig("num.partitions", SET, "3")]),
+    ]))
+    assert [r.error_code for r in resp.responses] == [0, 0]
+    assert b.config["log.retention.ms"] == 1234 and b.config["num.partitions"] == 3
+
+    reloaded = BrokerConfig({"log.dirs": str(tmp_path)})
+    assert reloaded["log.retention.ms"] == 1234 and reloaded["num.partitions"] == 3
+    assert (reloaded.source("log.retention.ms"), reloaded.source("num.partitions")) == (2, 3)
+    assert reloaded.dynamic_default == {"log.retention.ms": "999", "num.partitions": "3"}
+
+    # a persisted value that no longer validates is skipped, not fatal
+    path = tmp_path / DYNAMIC_CONFIG_FILE
+    data = json.loads(path.read_text())
+    data["broker"]["num.partitions"] = "zero"
+    path.write_text(json.dumps(data))
+    assert BrokerConfig({"log.dirs": str(tmp_path)})["num.partitions"] == 3

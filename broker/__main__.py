@@ -13,6 +13,10 @@ import uvloop
 from .config import BrokerConfig, ConfigError, read_properties
 
 
+class StartupError(Exception):
+    """The broker could not start for a reason other than its configuration (e.g. a port in use)."""
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="kshare-broker", description="Run a kshare broker (Kafka protocol, share groups).")
     ap.add_argument("--host", help="interface to listen on (default 127.0.0.1; sets listeners)")
@@ -30,7 +34,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_config(args: argparse.Namespace) -> BrokerConfig:
     props: dict[str, str] = {}
     if args.config:
-        props.update(read_properties(args.config))
+        try:
+            props.update(read_properties(args.config))
+        except OSError as e:
+            raise ConfigError(f"cannot read --config {args.config}: {e.strerror}") from None
     for item in args.override:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -50,13 +57,18 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
 async def serve(config: BrokerConfig) -> None:
     from .broker import Broker
 
-    broker = Broker(config)
-    host, port = await broker.start()
-    print(f"kshare listening on {host}:{port}", flush=True)
+    # Handlers first: once "listening" is printed, SIGTERM must mean a graceful stop.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    broker = Broker(config)
+    try:
+        host, port = await broker.start()
+    except OSError as e:
+        await broker.stop()
+        raise StartupError(f"cannot listen on {config['listeners'][0]}: {e.strerror or e}") from None
+    print(f"kshare listening on {host}:{port}", flush=True)
     await stop.wait()
     await broker.stop()
 
@@ -72,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"kshare-broker: {e}", file=sys.stderr)
         return 2
+    except StartupError as e:
+        print(f"kshare-broker: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

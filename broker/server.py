@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Callable
 from protocol.errors import ErrorCode
 from protocol.message import UnsupportedVersionError
 from protocol.messages import FIRST_FLEXIBLE
-from protocol.messages.api_versions_response import ApiVersionsResponse
+from protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
 from protocol.messages.request_header import RequestHeader
 from protocol.primitives import DecodeError
 
 from .context import RequestContext
-from .handlers import REGISTRY, supported_api_versions
+from .handlers import REGISTRY
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -208,9 +208,15 @@ class Connection(asyncio.Protocol):
             raise CloseConnection
         if not handler.min_version <= api_version <= handler.max_version:
             if api_key == API_VERSIONS_KEY:
+                # Kafka answers an ApiVersions it cannot parse in v0 (header and body), naming only
+                # its own ApiVersions range (KIP-511) so the client retries with a version it has.
                 return self._encode_response(
                     correlation_id, api_key, 0,
-                    ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=supported_api_versions()),
+                    ApiVersionsResponse(
+                        error_code=ErrorCode.UNSUPPORTED_VERSION,
+                        api_keys=[ApiVersion(api_key=api_key, min_version=handler.min_version,
+                                             max_version=handler.max_version)],
+                    ),
                 )
             log.warning(
                 "closing connection from %s:%d: unsupported version %d of API %s (%d-%d)",

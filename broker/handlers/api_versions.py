@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions_response import ApiVersionsResponse, FinalizedFeatureKey, SupportedFeatureKey
 
@@ -10,15 +12,25 @@ MIN_VERSION, MAX_VERSION = 0, 4
 
 # Kafka 4.2 feature levels that gate what clients may use; share groups need share.version 1.
 FEATURES = {"share.version": (0, 1), "group.version": (0, 1), "transaction.version": (0, 0)}
+# KIP-511: what a v3+ client may call itself.
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
 
 async def handle(ctx, request) -> ApiVersionsResponse:
     from . import supported_api_versions
 
+    v = ctx.api_version
+    if v >= 3 and not (
+        _SOFTWARE.fullmatch(request.client_software_name or "")
+        and _SOFTWARE.fullmatch(request.client_software_version or "")
+    ):
+        return ApiVersionsResponse(error_code=ErrorCode.INVALID_REQUEST)
     resp = ApiVersionsResponse(error_code=ErrorCode.NONE, api_keys=supported_api_versions())
-    if ctx.api_version >= 3:
+    if v >= 3:
+        # Before v4 (KAFKA-17011) a supported feature could not have min version 0: leave those out.
         resp.supported_features = [
-            SupportedFeatureKey(name=n, min_version=lo, max_version=hi) for n, (lo, hi) in FEATURES.items()
+            SupportedFeatureKey(name=n, min_version=lo, max_version=hi)
+            for n, (lo, hi) in FEATURES.items() if v >= 4 or lo > 0
         ]
         resp.finalized_features = [
             FinalizedFeatureKey(name=n, min_version_level=hi, max_version_level=hi)

@@ -1,0 +1,308 @@
+"""``kshare-broker`` / ``python -m broker``: configuration sources, errors, identity, logging."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from protocol.messages.api_versions_request import ApiVersionsRequest
+from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
+from tests.broker_process import ROOT
+from tests.raw_client import RawClient
+
+pytestmark = [pytest.mark.e2e, pytest.mark.needs_private_broker]
+
+_LISTENING = re.compile(r"kshare listening on (\S+):(\d+)")
+ENV = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(ROOT)}
+
+
+def cli(*args: str, cwd: Path = ROOT, timeout_s: float = 60) -> subprocess.CompletedProcess:
+    """Run the CLI to completion (for invocations that must exit by themselves)."""
+    return subprocess.run(
+        [sys.executable, "-m", "broker", *args], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=timeout_s
+    )
+
+
+class Running:
+    """A broker started with exactly the given CLI arguments; SIGTERM on exit, must exit 0."""
+
+    def __init__(self, *args: str, cwd: Path = ROOT, log_path: Path) -> None:
+        self.args, self.cwd, self.log_path = args, cwd, log_path
+        self.bootstrap = ""
+
+    def __enter__(self) -> Running:
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "broker", *self.args],
+            cwd=self.cwd, env=ENV, stdout=subprocess.PIPE, stderr=self._log,
+        )
+        found = threading.Event()
+
+        def read_stdout() -> None:
+            for raw in self.proc.stdout:
+                m = _LISTENING.search(raw.decode(errors="replace"))
+                if m and not found.is_set():
+                    self.bootstrap = f"127.0.0.1:{m.group(2)}"
+                    found.set()
+
+        threading.Thread(target=read_stdout, daemon=True).start()
+        if not found.wait(30):
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"broker did not start; log:\n{self.log()}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                code = self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise
+        else:
+            code = self.proc.returncode
+        self._log.close()
+        if exc[0] is None:
+            assert code == 0, self.log()
+            assert "Traceback" not in self.log(), self.log()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def partitions_of_new_topic(bootstrap: str, name: str) -> tuple[int, int]:
+    """Auto-create ``name`` through Metadata; returns (partition count, broker node id)."""
+    with RawClient(bootstrap) as c:
+        resp = c.request(3, 12, MetadataRequest(topics=[MetadataRequestTopic(name=name)], allow_auto_topic_creation=True))
+    (topic,) = resp.topics
+    assert topic.error_code == 0
+    (b,) = resp.brokers
+    return len(topic.partitions), b.node_id
+
+
+# --- help ------------------------------------------------------------------------------------------
+
+
+def test_help_lists_the_options():
+    r = cli("--help")
+    assert r.returncode == 0, r.stderr
+    for opt in ("--config", "--override", "--host", "--port", "--data-dir", "--log-level"):
+        assert opt in r.stdout
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).with_name("kshare-broker")
+    assert script.exists(), "pip install -e . creates the kshare-broker console script"
+    r = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--override" in r.stdout
+
+
+# --- configuration sources ---------------------------------------------------------------------------
+
+
+def write_properties(path: Path, data_dir: Path) -> Path:
+    path.write_text(
+        "# a server.properties as Apache Kafka would take it\n"
+        "! bang comments too\n"
+        "\n"
+        "node.id=7\n"
+        "listeners=PLAINTEXT://127.0.0.1:0\n"
+        f"log.dirs={data_dir}\n"
+        "num.partitions = 3\n"
+        "auto.create.topics.enable: true\n"
+        "process.roles=broker,controller\n"  # KRaft settings kshare does not use: tolerated
+        "controller.quorum.voters=7@localhost:9093\n"
+        "some.plugin.setting=whatever\n"
+        "log.retention.hours=\\\n"
+        "  168\n"
+    )
+    return path
+
+
+def test_config_file_is_read_and_override_wins(tmp_path):
+    props = write_properties(tmp_path / "server.properties", tmp_path / "data")
+    with Running("--config", str(props), log_path=tmp_path / "a.log") as b:
+        assert partitions_of_new_topic(b.bootstrap, "from-config") == (3, 7)
+    with Running("--config", str(props), "--override", "num.partitions=5", "--override", "num.partitions=4",
+                 log_path=tmp_path / "b.log") as b:
+        assert partitions_of_new_topic(b.bootstrap, "from-override") == (4, 7)  # the last override wins
+    assert (tmp_path / "data" / "meta.properties").exists()  # log.dirs from the file
+
+
+def test_host_port_and_data_dir_flags_win_over_the_file(tmp_path):
+    props = tmp_path / "server.properties"
+    props.write_text(f"listeners=PLAINTEXT://127.0.0.1:1\nlog.dirs={tmp_path / 'from-file'}\n")
+    with Running("--config", str(props), "--host", "127.0.0.1", "--port", "0", "--data-dir",
+                 str(tmp_path / "from-flag"), log_path=tmp_path / "b.log") as b:
+        assert not b.bootstrap.endswith(":1")
+        cluster_identity(b.bootstrap)
+    assert (tmp_path / "from-flag" / "meta.properties").exists()
+    assert not (tmp_path / "from-file").exists()
+
+
+def test_default_data_dir_is_dot_data(tmp_path):
+    with Running("--port", "0", cwd=tmp_path, log_path=tmp_path / "b.log") as b:
+        cluster_identity(b.bootstrap)
+    assert (tmp_path / "data" / "meta.properties").exists()
+
+
+# --- bad values --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--override", "num.partitions=abc"], "Invalid value abc for configuration num.partitions"),
+        (["--override", "num.partitions=0"], "Value must be at least 1"),
+        (["--override", "auto.create.topics.enable=maybe"], "configuration auto.create.topics.enable"),
+        (["--override", "compression.type=brotli"], "configuration compression.type"),
+        (["--override", "no-equals-sign"], "--override expects KEY=VALUE"),
+        (["--log-level", "LOUD"], "invalid choice"),
+        (["--port", "ninety"], "invalid int value"),
+        pytest.param(["--config", "/nonexistent/server.properties"], "/nonexistent/server.properties"),
+    ],
+)
+def test_bad_values_exit_2_with_a_clear_message(tmp_path, args, message):
+    r = cli("--port", "0", "--data-dir", str(tmp_path / "data"), *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+    assert "kshare listening" not in r.stdout
+
+
+def test_bad_listener_exits_2(tmp_path):
+    r = cli("--data-dir", str(tmp_path / "data"), "--override", "listeners=nonsense")  # no --port: it would win
+    assert r.returncode == 2
+    assert "Invalid listener 'nonsense'" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_port_in_use_fails_with_a_clear_message(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = cli("--port", str(port), "--data-dir", str(tmp_path / "data"))
+    assert r.returncode != 0
+    assert "already in use" in r.stderr.lower() and str(port) in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_value_in_config_file_names_it(tmp_path):
+    props = tmp_path / "server.properties"
+    props.write_text("socket.request.max.bytes=lots\n")
+    r = cli("--port", "0", "--data-dir", str(tmp_path / "data"), "--config", str(props))
+    assert r.returncode == 2
+    assert "Invalid value lots for configuration socket.request.max.bytes" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# --- identity ------------------------------------------------------------------------------------------
+
+
+def cluster_identity(bootstrap: str) -> tuple[str, int]:
+    with RawClient(bootstrap) as c:
+        resp = c.request(3, 12, MetadataRequest(topics=[], allow_auto_topic_creation=False))
+    return resp.cluster_id, resp.brokers[0].node_id
+
+
+def test_node_and_cluster_id_are_stable_across_restarts(broker_factory):
+    b = broker_factory()
+    first = cluster_identity(b.bootstrap)
+    meta = (b.data_dir / "meta.properties").read_text()
+    assert f"cluster.id={first[0]}" in meta and "node.id=1" in meta
+    b.restart()
+    assert cluster_identity(b.bootstrap) == first
+    assert (b.data_dir / "meta.properties").read_text() == meta
+
+
+def test_fresh_data_dir_gets_a_new_cluster_id(broker_factory):
+    a = broker_factory(name="a")
+    b = broker_factory(name="b")
+    assert cluster_identity(a.bootstrap)[0] != cluster_identity(b.bootstrap)[0]
+
+
+def test_mismatching_node_id_refuses_to_start(broker_factory):
+    b = broker_factory()
+    assert cluster_identity(b.bootstrap)[1] == 1
+    assert b.stop() == 0
+    meta = (b.data_dir / "meta.properties").read_text()
+    r = cli("--port", "0", "--data-dir", str(b.data_dir), "--override", "node.id=2")
+    assert r.returncode == 2
+    assert "Stored node id 1 doesn't match previous node id 2" in r.stderr
+    assert "meta.properties" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert (b.data_dir / "meta.properties").read_text() == meta  # untouched
+    b.start()  # the right id still starts
+
+
+def test_damaged_meta_properties_refuses_to_start(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "meta.properties").write_text("version=1\nnode.id=1\n")  # no cluster.id
+    r = cli("--port", "0", "--data-dir", str(data))
+    assert r.returncode == 2
+    assert "meta.properties" in r.stderr and "damaged" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+# --- logging ---------------------------------------------------------------------------------------------
+
+
+def provoke_warning(bootstrap: str) -> None:
+    """Send an unknown API key: the broker closes the connection and logs a warning."""
+    with RawClient(bootstrap) as c:
+        c.send_raw(b"\x00\x00\x00\x0a\x03\xe8\x00\x00\x00\x00\x00\x01\xff\xff")
+        assert c.is_closed_by_broker()
+        # A request on another connection is answered only after the warning was logged.
+    with RawClient(bootstrap) as c:
+        c.request(18, 0, ApiVersionsRequest())
+
+
+@pytest.mark.parametrize(
+    "level,info,warning",
+    [("INFO", True, True), ("WARNING", False, True), ("ERROR", False, False)],
+)
+def test_log_level(tmp_path, level, info, warning):
+    with Running("--port", "0", "--data-dir", str(tmp_path / "data"), "--log-level", level,
+                 log_path=tmp_path / "b.log") as b:
+        provoke_warning(b.bootstrap)
+    log = b.log()
+    assert ("INFO kshare.broker" in log) == info, log
+    assert ("WARNING kshare.server" in log) == warning, log
+
+
+# --- readiness and signals -------------------------------------------------------------------------
+
+SIGTERM_WHEN_READY = """
+import builtins, os, signal, sys
+from broker import __main__ as cli
+real_print = builtins.print
+def print_then_sigterm(*args, **kwargs):
+    real_print(*args, **kwargs)
+    if args and str(args[0]).startswith("kshare listening"):
+        os.kill(os.getpid(), signal.SIGTERM)  # the earliest moment a supervisor could stop us
+builtins.print = print_then_sigterm
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_as_soon_as_ready_is_graceful(tmp_path):
+    """Once "kshare listening" is printed, SIGTERM must mean a clean shutdown, never a kill."""
+    r = subprocess.run(
+        [sys.executable, "-c", SIGTERM_WHEN_READY, "--port", "0", "--data-dir", str(tmp_path / "data")],
+        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60,
+    )
+    assert "kshare listening" in r.stdout
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert (tmp_path / "data" / ".kafka_cleanshutdown").exists()

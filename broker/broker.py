@@ -14,6 +14,8 @@ import time
 from .config import BrokerConfig
 from .log import FileLogStore, LogConfig, LogStore
 from .meta import load_or_create
+from .partitions import Partitions
+from .producer_ids import ProducerIdAllocator
 from .server import Server
 from .topics import Topic, TopicRegistry
 from .waiters import Waiters
@@ -37,6 +39,9 @@ class Broker:
         )
         self.topics = TopicRegistry(self.data_dir, self.store, self.log_config)
         self.waiters = Waiters()
+        self.partitions = Partitions(self.store, self.waiters, config)  # the data path (produce/fetch)
+        self.topics.on_change(self.partitions.topic_changed)
+        self.producer_ids = ProducerIdAllocator(self.data_dir)
         self.server = Server(self)
         self.host, self.port = config.advertised_address()
         config.on_change(lambda _names: self.topics.refresh_log_configs())
@@ -61,6 +66,7 @@ class Broker:
         if port == 0 or not self.config["advertised.listeners"]:
             self.port = bound_port  # port 0 (tests): advertise the port the OS picked
         self.store.start()
+        self.partitions.start()
         log.info(
             "kshare broker %d (cluster %s) listening on %s:%d, data in %s",
             self.node_id, self.cluster_id, bound_host, bound_port, self.data_dir,
@@ -69,6 +75,8 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("shutting down: finishing in-flight requests")
+        self.partitions.begin_shutdown()
         await self.server.stop()
+        await self.partitions.close()
         await self.store.close()
         log.info("shutdown complete")

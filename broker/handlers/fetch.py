@@ -1,0 +1,193 @@
+"""Fetch: raw record batches straight from the log, with long polling.
+
+Every fetch is sessionless, as on a Kafka broker with ``max.incremental.fetch.session.cache.slots=0``
+(valid Kafka behaviour, KIP-227): full requests are answered with SessionId 0, so clients keep
+sending full requests; an incremental request (a session id, or an epoch above 0) gets
+FETCH_SESSION_ID_NOT_FOUND and the client starts over with a full one.
+
+Reading follows ReplicaManager.readFromLog: partitions in request order, each limited by its
+PartitionMaxBytes and by what is left of min(MaxBytes, fetch.max.bytes); the first batch
+returned may exceed both so a consumer always progresses (KIP-74). Batches go out as slices of
+the segment reads, never re-encoded. If less than MinBytes is available, the request waits up to
+MaxWaitMs for appends to its partitions (``broker.partitions.wait_for_data``), counting the bytes
+appended since, like Kafka's DelayedFetch, then reads again. Any partition error answers at once.
+
+The last stable offset is the high watermark (no transactions yet), so read_committed reads
+the same as read_uncommitted, with an empty aborted-transactions list. Leader epoch is always
+0: a CurrentLeaderEpoch below it is FENCED_LEADER_EPOCH, above it UNKNOWN_LEADER_EPOCH.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from protocol.errors import ErrorCode
+from protocol.messages.fetch_response import (
+    FetchableTopicResponse,
+    FetchResponse,
+    LeaderIdAndEpoch,
+    NodeEndpoint,
+    PartitionData,
+)
+
+from ..log import OffsetOutOfRange
+from ..partitions import LEADER_EPOCH, data_key
+
+API_KEY = 1
+MIN_VERSION, MAX_VERSION = 4, 18
+
+READ_COMMITTED = 1
+EMPTY = b""
+
+
+def leader_epoch_error(requested: int) -> ErrorCode | None:
+    """Kafka's Partition.checkCurrentLeaderEpoch against our fixed epoch 0 (-1: not checked)."""
+    if requested == -1 or requested == LEADER_EPOCH:
+        return None
+    return ErrorCode.FENCED_LEADER_EPOCH if requested < LEADER_EPOCH else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def _error_partition(index: int, code: ErrorCode) -> PartitionData:
+    return PartitionData(
+        partition_index=index, error_code=code, high_watermark=-1, last_stable_offset=-1,
+        log_start_offset=-1, aborted_transactions=None, records=EMPTY,
+    )
+
+
+def _set_error(pd: PartitionData, code: ErrorCode) -> None:
+    pd.error_code = code
+    pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
+    pd.records = EMPTY
+
+
+class _Plan:
+    """The partitions of one request that can be read: (response entry, log, request partition)."""
+
+    __slots__ = ("responses", "readable", "errors")
+
+    def __init__(self) -> None:
+        self.responses: list[FetchableTopicResponse] = []
+        self.readable: list[tuple[PartitionData, object, object]] = []
+        self.errors = False
+
+
+def _plan(broker, req, v: int) -> _Plan:
+    plan = _Plan()
+    topics = broker.topics
+    store = broker.store
+    from_follower = (req.replica_state.replica_id if v >= 15 else req.replica_id) >= 0
+    committed = req.isolation_level == READ_COMMITTED
+    for ft in req.topics:
+        if v >= 13:
+            topic = topics.by_id(ft.topic_id)
+            tr = FetchableTopicResponse(topic="", topic_id=ft.topic_id)
+            missing = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            topic = topics.get(ft.topic)
+            tr = FetchableTopicResponse(topic=ft.topic)
+            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        plan.responses.append(tr)
+        for fp in ft.partitions:
+            index = fp.partition
+            lg = None
+            if topic is None:
+                code = missing
+            elif not 0 <= index < topic.partitions or (lg := store.get(topic.name, index)) is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif from_follower:
+                code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # there are no followers
+            else:
+                code = leader_epoch_error(fp.current_leader_epoch)
+            if code is not None:
+                tr.partitions.append(_error_partition(index, code))
+                plan.errors = True
+                continue
+            pd = PartitionData(partition_index=index, aborted_transactions=[] if committed else None, records=EMPTY)
+            tr.partitions.append(pd)
+            plan.readable.append((pd, lg, fp))
+    return plan
+
+
+def _read(plan: _Plan, max_bytes: int) -> int:
+    """Fill the readable partitions in order; returns the bytes read (KIP-74 budget rules)."""
+    limit = max_bytes
+    min_one = True
+    total = 0
+    for pd, lg, fp in plan.readable:
+        if lg.closed:  # deleted while we waited
+            _set_error(pd, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            plan.errors = True
+            continue
+        budget = min(fp.partition_max_bytes, limit)
+        try:
+            r = lg.read(fp.fetch_offset, budget, min_one=min_one)
+        except OffsetOutOfRange:
+            _set_error(pd, ErrorCode.OFFSET_OUT_OF_RANGE)
+            plan.errors = True
+            continue
+        pd.error_code = 0
+        pd.high_watermark = pd.last_stable_offset = r.end_offset
+        pd.log_start_offset = r.start_offset
+        if r.size:
+            pd.records = r.views()
+            min_one = False
+            limit = max(0, limit - r.size)
+            total += r.size
+        else:
+            pd.records = EMPTY
+    return total
+
+
+async def handle(ctx, req) -> FetchResponse:
+    broker = ctx.broker
+    v = ctx.api_version
+    if v >= 7 and req.session_epoch not in (0, -1):
+        # Incremental fetch: there is no session to continue (epoch 0 or -1 make a full fetch,
+        # closing any session named; none is ever created).
+        return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
+    max_bytes = min(req.max_bytes, broker.config["fetch.max.bytes"])
+    min_bytes = min(req.min_bytes, max_bytes)
+    plan = _plan(broker, req, v)
+    total = _read(plan, max_bytes)
+    if total < min_bytes and req.max_wait_ms > 0 and plan.readable and not plan.errors:
+        await _wait(broker, plan, total, min_bytes, req.max_wait_ms / 1000)
+        _read(plan, max_bytes)
+    resp = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=plan.responses)
+    if plan.errors and v >= 12:
+        _point_at_the_leader(broker, resp, v)
+    return resp
+
+
+def _point_at_the_leader(broker, resp: FetchResponse, v: int) -> None:
+    """KIP-951: partitions refused for leadership name the current leader (always us)."""
+    named = False
+    for tr in resp.responses:
+        for pd in tr.partitions:
+            if pd.error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
+                pd.current_leader = LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=LEADER_EPOCH)
+                named = True
+    if named and v >= 16:
+        resp.node_endpoints = [NodeEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)]
+
+
+async def _wait(broker, plan: _Plan, have: int, min_bytes: int, max_wait_s: float) -> bool:
+    """Wait until about ``min_bytes`` are available (bytes appended since the first read)."""
+    partitions = broker.partitions
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_s
+    keys = []
+    sizes = []
+    for pd, lg, fp in plan.readable:
+        keys.append(data_key(lg.topic, lg.partition))
+        sizes.append(lg.size)
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0 or not await partitions.wait_for_data(keys, remaining):
+            return False
+        grown = have
+        for (pd, lg, fp), size in zip(plan.readable, sizes):
+            if lg.closed or fp.fetch_offset > lg.end_offset or fp.fetch_offset < lg.start_offset:
+                return True  # deleted or moved under us: answer now, the read reports it
+            grown += min(max(0, lg.size - size), fp.partition_max_bytes)
+        if grown >= min_bytes:
+            return True

@@ -1,0 +1,80 @@
+"""ListOffsets: log start / end offsets and offsets by timestamp.
+
+Special timestamps as Kafka 4.2 answers them without tiered storage: EARLIEST (-2) and
+EARLIEST_LOCAL (-4) give the log start offset, LATEST (-1) the high watermark (also the last
+stable offset: no transactions yet, so isolation levels agree), MAX_TIMESTAMP (-3) the first
+record with the largest timestamp, LATEST_TIERED (-5) and EARLIEST_PENDING_UPLOAD (-6) give no
+offset (-1) with leader epoch -1. Any other timestamp finds the first record at or after it;
+results at or beyond the high watermark are not returned (Kafka filters them the same way).
+
+The leader epoch is always 0 (responses v4+); CurrentLeaderEpoch is checked like Fetch does.
+A partition named twice in one request gets INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from protocol.errors import ErrorCode
+from protocol.messages.list_offsets_response import (
+    ListOffsetsPartitionResponse,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+
+from ..partitions import LEADER_EPOCH
+from .fetch import leader_epoch_error
+
+API_KEY = 2
+MIN_VERSION, MAX_VERSION = 1, 11
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+NO_TIMESTAMP = -1
+
+
+def lookup(lg, timestamp: int) -> tuple[int, int, int]:
+    """``(timestamp, offset, leader_epoch)`` for one partition; offset -1 when none."""
+    hw = lg.end_offset
+    if timestamp in (EARLIEST, EARLIEST_LOCAL):
+        return NO_TIMESTAMP, lg.start_offset, LEADER_EPOCH
+    if timestamp == LATEST:
+        return NO_TIMESTAMP, hw, LEADER_EPOCH
+    if timestamp in (LATEST_TIERED, EARLIEST_PENDING_UPLOAD):
+        return NO_TIMESTAMP, -1, -1
+    if timestamp == MAX_TIMESTAMP:
+        found = lg.max_timestamp()
+        if found[1] < 0:
+            found = None
+    else:
+        found = lg.offset_for_timestamp(timestamp)
+    if found is None or found[1] >= hw:
+        return NO_TIMESTAMP, -1, -1
+    return found[0], found[1], LEADER_EPOCH
+
+
+async def handle(ctx, req) -> ListOffsetsResponse:
+    broker = ctx.broker
+    topics = broker.topics
+    store = broker.store
+    seen = Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
+    out = []
+    for t in req.topics:
+        topic = topics.get(t.name)
+        tr = ListOffsetsTopicResponse(name=t.name)
+        out.append(tr)
+        for p in t.partitions:
+            index = p.partition_index
+            resp = ListOffsetsPartitionResponse(partition_index=index)
+            tr.partitions.append(resp)
+            lg = None
+            if seen[(t.name, index)] > 1:
+                code = ErrorCode.INVALID_REQUEST
+            elif topic is None or not 0 <= index < topic.partitions or (lg := store.get(t.name, index)) is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                code = leader_epoch_error(p.current_leader_epoch)
+            if code is not None:
+                resp.error_code = code
+                continue
+            resp.timestamp, resp.offset, resp.leader_epoch = lookup(lg, p.timestamp)
+    return ListOffsetsResponse(throttle_time_ms=0, topics=out)

@@ -1,0 +1,159 @@
+"""Produce: append one record batch per partition, acks 0 / 1 / -1 on a single replica.
+
+Per partition, in Kafka 4.2's order: topic (by name, or by id from v13: UNKNOWN_TOPIC_ID),
+UNKNOWN_TOPIC_OR_PARTITION (Kafka's Produce never auto-creates topics; clients create them
+through Metadata), the record checks of ``ProduceRequest.validateRecords`` and the batch header
+and CRC (``check_produce_records``), INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION for internal
+topics, then the partition service (``broker.partitions``) for everything that needs the log.
+
+acks=-1 behaves like acks=1 (the only replica is the leader). When the log's flush policy asks
+for it (``log.flush.interval.messages``), the answer waits for the group-committed fsync.
+acks=0 gets no response; if any partition failed, the connection is closed instead, so the
+client notices and refreshes its metadata (Kafka's behaviour).
+
+A request holding transactional batches without a transactional id is refused as a whole with
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka does; transactional batches with an id get
+INVALID_TXN_STATE (no producer can be in a transaction: InitProducerId refuses transactional ids).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from protocol.errors import ErrorCode
+from protocol.messages.produce_response import (
+    BatchIndexAndErrorMessage,
+    PartitionProduceResponse,
+    ProduceResponse,
+    TopicProduceResponse,
+)
+from protocol.records import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG, CorruptRecordError, check_produce_records
+
+from ..partitions import AppendError
+
+API_KEY = 0
+MIN_VERSION, MAX_VERSION = 3, 13
+
+ADMIN_CLIENT_ID = "__admin_client"  # the only client Kafka lets write to internal topics
+log = logging.getLogger("kshare.produce")
+
+
+def _error(index: int, code: ErrorCode, *, log_start_offset: int = -1, message: str | None = None,
+           record_errors=()) -> PartitionProduceResponse:
+    return PartitionProduceResponse(
+        index=index, error_code=code, base_offset=-1, log_append_time_ms=-1, log_start_offset=log_start_offset,
+        record_errors=[BatchIndexAndErrorMessage(batch_index=i, batch_index_error_message=m) for i, m in record_errors],
+        error_message=message,
+    )
+
+
+def _has_transactional_batch(req) -> bool:
+    """Kafka's ``ProduceRequest.hasTransactionalRecords``: looks at each partition's first batch."""
+    for td in req.topic_data:
+        for pd in td.partition_data:
+            r = pd.records
+            if r is not None and len(r) > ATTRIBUTES_OFFSET + 1 and r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+                return True
+    return False
+
+
+def _topic_response(v: int, td) -> TopicProduceResponse:
+    if v >= 13:
+        return TopicProduceResponse(name="", topic_id=td.topic_id)
+    return TopicProduceResponse(name=td.name)
+
+
+async def handle(ctx, req):
+    broker = ctx.broker
+    v = ctx.api_version
+    acks = req.acks
+    responses = []
+
+    if req.transactional_id is None and _has_transactional_batch(req):
+        for td in req.topic_data:
+            tr = _topic_response(v, td)
+            tr.partition_responses = [
+                _error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for pd in td.partition_data
+            ]
+            responses.append(tr)
+        return await _finish(ctx, acks, responses, [])
+
+    partitions = broker.partitions
+    topics = broker.topics
+    store = broker.store
+    internal_allowed = ctx.client_id == ADMIN_CLIENT_ID
+    valid_acks = acks in (-1, 0, 1)
+    now = broker.now_ms()
+    flushes = []  # (partition response, log, offset to flush up to)
+
+    for td in req.topic_data:
+        tr = _topic_response(v, td)
+        responses.append(tr)
+        out = tr.partition_responses
+        topic = topics.by_id(td.topic_id) if v >= 13 else topics.get(td.name)
+        for pd in td.partition_data:
+            index = pd.index
+            if topic is None:
+                out.append(_error(index, ErrorCode.UNKNOWN_TOPIC_ID if v >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            lg = store.get(topic.name, index) if 0 <= index < topic.partitions else None
+            if lg is None:
+                out.append(_error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            records = pd.records if pd.records is not None else b""
+            try:
+                h = check_produce_records(records, v)
+            except CorruptRecordError as e:
+                log.debug("produce to %s-%d refused: %s", topic.name, index, e)
+                out.append(_error(index, ErrorCode(e.error_code), record_errors=getattr(e, "record_errors", ())))
+                continue
+            if not valid_acks:
+                out.append(_error(index, ErrorCode.INVALID_REQUIRED_ACKS))
+                continue
+            if topic.internal and not internal_allowed:
+                out.append(_error(index, ErrorCode.INVALID_TOPIC_EXCEPTION))
+                continue
+            data = records[: h.size] if len(records) != h.size else records
+            if type(data) is bytes or (type(data) is memoryview and data.readonly):
+                data = bytearray(data)  # the log patches offsets in place (frames are writable)
+            try:
+                res = partitions.append_produce(topic, lg, data, h, required_acks=acks, now_ms=now)
+            except AppendError as e:
+                log.debug("produce to %s-%d refused: %s: %s", topic.name, index, e.code.name, e)
+                out.append(_error(index, e.code, log_start_offset=e.log_start_offset, message=e.message,
+                                  record_errors=e.record_errors))
+                continue
+            presp = PartitionProduceResponse(
+                index=index, error_code=0, base_offset=res.base_offset,
+                log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset,
+            )
+            out.append(presp)
+            if res.flush_upto is not None:
+                flushes.append((presp, lg, res.flush_upto))
+    return await _finish(ctx, acks, responses, flushes)
+
+
+async def _finish(ctx, acks: int, responses: list, flushes: list):
+    if flushes:
+        results = await asyncio.gather(*(lg.flush(upto) for _, lg, upto in flushes), return_exceptions=True)
+        for (presp, lg, _), res in zip(flushes, results):
+            if isinstance(res, BaseException):
+                log.error("flush of %s-%d failed: %r", lg.topic, lg.partition, res)
+                presp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                presp.base_offset = -1
+                presp.log_append_time_ms = -1
+                presp.log_start_offset = -1
+    if acks == 0:
+        failed = [
+            f"{t.name or t.topic_id}-{p.index}: {ErrorCode(p.error_code).name}"
+            for t in responses for p in t.partition_responses if p.error_code
+        ]
+        if failed:
+            log.info(
+                "closing connection from %s after a failed acks=0 produce (correlation id %d, client id %s): %s",
+                ctx.client_host, ctx.correlation_id, ctx.client_id, ", ".join(failed),
+            )
+            ctx.connection.close()
+        return None
+    return ProduceResponse(responses=responses, throttle_time_ms=0)

@@ -1,0 +1,443 @@
+"""The data path of a partition leader: validated appends with producer state, wake-ups, reads.
+
+Kafka splits this between ``ReplicaManager``, ``Partition`` and ``UnifiedLog``; kshare has one
+replica per partition, so one service does it. It owns the per-partition producer state (loaded
+lazily on a partition's first append after start-up) and is the only place client batches are
+appended. After every append it notifies ``data_key(topic, partition)`` on ``broker.waiters``,
+which wakes long-polling fetches (and anyone else who waits for new data).
+
+Append of one produced batch, in Kafka's order (ReplicaManager, Partition, UnifiedLog,
+LogValidator, ProducerStateManager): transactional batches are refused (no transactions yet),
+acks=-1 with min.insync.replicas > 1, max.message.bytes, timestamps, keys on compacted topics,
+then the producer checks, then the write, then the producer-state update.
+
+Timestamps are checked from the batch header on the hot path (``baseTimestamp`` is the first
+record's and ``maxTimestamp`` the largest): only when one of them is out of bounds are the
+records decoded to name the offending ones, as Kafka's per-record ``record_errors`` do. Gap: a
+record that is neither the first nor the newest and is older than
+``message.timestamp.before.max.ms`` (default: unlimited) is not caught, and the header's
+timestamps are trusted to match the records (Kafka recomputes them while validating).
+
+Start-up cost of producer state is bounded: load the newest valid ``.snapshot`` at or below the
+log end (written when a segment rolls and at clean shutdown), then replay batch headers after
+it, i.e. at most the active segment after a crash. With no usable snapshot, the last
+``REPLAY_SEGMENTS`` segments are replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from protocol.errors import ErrorCode
+from protocol.records import (
+    CorruptRecordError,
+    InvalidRecordError,
+    iter_records,
+    validate_records,
+)
+
+from .log import KafkaStorageError, RecordTooLarge
+from .log.config import LONG_MAX
+from .producer_snapshots import SnapshotFiles
+from .producer_state import CorruptSnapshotError, ProducerStateError, ProducerStateManager
+
+if TYPE_CHECKING:
+    from protocol.records import BatchHeader
+
+    from .config import BrokerConfig
+    from .log import LogStore, PartitionLog
+    from .topics import Topic
+    from .waiters import Waiters
+
+log = logging.getLogger("kshare.partitions")
+
+LEADER_EPOCH = 0  # a single broker leads every partition forever, with epoch 0
+REPLAY_SEGMENTS = 2  # segments replayed when no producer snapshot is usable
+REPLAY_CHUNK_BYTES = 8 << 20
+EXPIRATION_CHECK_INTERVAL_MS = 600_000  # Kafka's producer.id.expiration.check.interval.ms default
+INVALID_TIMESTAMP_MESSAGE = "One or more records have been rejected due to invalid timestamp"
+_NO_LOG_APPEND_TIME = "Producer should not set timestamp type to LogAppendTime."
+TRANSACTIONS_UNSUPPORTED = "Transactions are not supported by this broker (kshare): transactional batches are refused"
+
+
+def data_key(topic: str, partition: int) -> tuple[str, int]:
+    """The ``broker.waiters`` key notified after every append to ``topic``-``partition``."""
+    return (topic, partition)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class AppendError(Exception):
+    """A refused append: ``code`` and, where Kafka sends them, ``message`` and ``record_errors``.
+
+    ``log_start_offset`` is -1 where Kafka answers with its unknown append info (size, CRC and
+    storage errors) and the log start offset where Kafka reports it (validation and producer
+    state errors).
+    """
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str | None = None,
+        *,
+        record_errors: list[tuple[int, str]] | None = None,
+        log_start_offset: int = -1,
+        log_message: str | None = None,
+    ) -> None:
+        super().__init__(log_message or message or code.name)
+        self.code = code
+        self.message = message
+        self.record_errors = record_errors or []
+        self.log_start_offset = log_start_offset
+
+
+@dataclass(slots=True)
+class ProduceResult:
+    base_offset: int
+    log_append_time_ms: int
+    log_start_offset: int
+    flush_upto: int | None = None  # await log.flush(flush_upto) before acknowledging
+    duplicate: bool = False
+
+
+@dataclass(slots=True)
+class _ProducerSlot:
+    """Producer state of one partition and the log object it was built from."""
+
+    log: PartitionLog
+    state: ProducerStateManager
+    snapshots: SnapshotFiles | None
+    active_base: int
+
+
+class Partitions:
+    def __init__(
+        self,
+        store: LogStore,
+        waiters: Waiters,
+        config: BrokerConfig,
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.store = store
+        self.waiters = waiters
+        self.config = config
+        self.clock_ms = clock_ms
+        self._producers: dict[tuple[str, int], _ProducerSlot] = {}
+        self.shutting_down = False
+        self._waiting: dict[tuple, int] = {}  # keys of in-flight long polls (to wake them at shutdown)
+        self._expiry_task: asyncio.Task | None = None
+
+    # -- appends -------------------------------------------------------------------------------
+
+    def append_produce(
+        self,
+        topic: Topic,
+        lg: PartitionLog,
+        data: memoryview,
+        h: BatchHeader,
+        *,
+        required_acks: int,
+        now_ms: int,
+    ) -> ProduceResult:
+        """Validate and append one client batch (header and CRC already checked by the caller)."""
+        if h.is_transactional:
+            raise AppendError(
+                ErrorCode.INVALID_TXN_STATE, TRANSACTIONS_UNSUPPORTED, log_start_offset=lg.start_offset
+            )
+        configs = topic.configs
+        if required_acks == -1:
+            min_isr = _int_setting(configs, "min.insync.replicas", self.config["min.insync.replicas"])
+            if min_isr > 1:
+                raise AppendError(
+                    ErrorCode.NOT_ENOUGH_REPLICAS,
+                    log_message=f"The size of the current ISR (1) is insufficient to satisfy the min.isr "
+                    f"requirement of {min_isr} for partition {lg.topic}-{lg.partition}",
+                    log_start_offset=lg.start_offset,
+                )
+        cfg = lg.config
+        if h.size > cfg.max_message_bytes:
+            raise AppendError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                log_message=f"batch of {h.size} bytes exceeds max.message.bytes {cfg.max_message_bytes}",
+            )
+        if h.log_append_time:
+            raise AppendError(
+                ErrorCode.INVALID_TIMESTAMP,
+                INVALID_TIMESTAMP_MESSAGE,
+                record_errors=[
+                    (i, f"Invalid timestamp type in message with offset {lg.end_offset + i}. {_NO_LOG_APPEND_TIME}")
+                    for i in range(h.records_count)
+                ],
+                log_start_offset=lg.start_offset,
+            )
+        if not cfg.log_append_time:
+            self._check_timestamps(configs, lg, data, h, now_ms)
+        if "compact" in cfg.cleanup_policy:
+            try:
+                validate_records(data, require_keys=True, partition=f"{lg.topic}-{lg.partition}")
+            except InvalidRecordError as e:
+                raise AppendError(
+                    ErrorCode(e.error_code), str(e), record_errors=e.record_errors, log_start_offset=lg.start_offset
+                ) from None
+            except CorruptRecordError as e:
+                raise AppendError(ErrorCode(e.error_code), log_message=str(e)) from None
+
+        # Loaded on every partition's first append (not only idempotent ones) so that every later
+        # segment roll leaves a snapshot: that is what bounds the next start-up's replay.
+        slot = self._slot(lg)
+        if h.producer_id >= 0:
+            try:
+                dup = slot.state.check(h, lg.end_offset)
+            except ProducerStateError as e:
+                raise AppendError(e.code, log_message=str(e), log_start_offset=lg.start_offset) from None
+            if dup is not None:
+                # A retry of a batch already in the log: the original offsets, nothing appended.
+                # Kafka reports the batch's timestamp as its log append time here.
+                durable = lg.recovery_point > dup.last_offset or cfg.flush_messages >= LONG_MAX
+                return ProduceResult(
+                    dup.first_offset, dup.timestamp, lg.start_offset,
+                    flush_upto=None if durable else dup.last_offset + 1, duplicate=True,
+                )
+        info = self._append(lg, data, [h], slot)
+        ts = info.log_append_time_ms if info.log_append_time_ms >= 0 else h.max_timestamp
+        slot.state.update(h, info.first_offset, ts)
+        return ProduceResult(
+            info.first_offset, info.log_append_time_ms, info.start_offset,
+            flush_upto=info.last_offset + 1 if info.needs_flush else None,
+        )
+
+    def append(self, lg: PartitionLog, data, headers: list[BatchHeader]):
+        """Append already-validated batches (coordinators' internal records); wakes waiters.
+
+        Stamps the leader epoch like every other append. Returns the log's ``AppendInfo``;
+        the caller awaits ``lg.flush_if_needed(info)`` if it needs durability.
+        """
+        slot = self._producers.get((lg.topic, lg.partition))
+        if slot is not None and slot.log is not lg:
+            slot = None
+        info = self._append(lg, data, headers, slot)
+        if slot is not None:
+            offset = info.first_offset
+            for h in headers:
+                slot.state.update(h, offset, h.max_timestamp)
+                offset += h.last_offset_delta + 1
+        return info
+
+    def _append(self, lg: PartitionLog, data, headers, slot: _ProducerSlot | None):
+        try:
+            info = lg.append(data, headers, leader_epoch=LEADER_EPOCH)
+        except RecordTooLarge as e:
+            raise AppendError(ErrorCode.MESSAGE_TOO_LARGE, log_message=str(e)) from None
+        except KafkaStorageError as e:
+            raise AppendError(ErrorCode.KAFKA_STORAGE_ERROR, log_message=str(e)) from None
+        if slot is not None:
+            base = lg.segments[-1].base_offset
+            if base != slot.active_base:
+                # The append rolled a segment: snapshot the state as of the new segment's base,
+                # i.e. before this append is applied (Kafka takes its snapshots at rolls too).
+                slot.active_base = base
+                if base == info.first_offset:
+                    self._write_snapshot(slot, base)
+        self.waiters.notify((lg.topic, lg.partition))
+        return info
+
+    def notify(self, topic: str, partition: int) -> None:
+        """Wake whoever waits for data on this partition (e.g. after DeleteRecords)."""
+        self.waiters.notify((topic, partition))
+
+    def _check_timestamps(self, configs: dict, lg: PartitionLog, data, h: BatchHeader, now_ms: int) -> None:
+        before = _int_setting(configs, "message.timestamp.before.max.ms",
+                              self.config["log.message.timestamp.before.max.ms"])
+        after = _int_setting(configs, "message.timestamp.after.max.ms",
+                             self.config["log.message.timestamp.after.max.ms"])
+
+        def bad(ts: int) -> bool:
+            return ts != -1 and (now_ms - ts > before or ts - now_ms > after)
+
+        if not (bad(h.base_timestamp) or bad(h.max_timestamp)):
+            return
+        errors = []
+        base = lg.end_offset
+        try:
+            for i, rec in enumerate(iter_records(data)):
+                if bad(rec.timestamp):
+                    message = (
+                        f"Timestamp {rec.timestamp} of message with offset {base + rec.offset - h.base_offset} is "
+                        f"out of range. The timestamp should be within [{now_ms - before}, {now_ms + after}]"
+                    )
+                    errors.append((i, message))
+        except CorruptRecordError as e:
+            raise AppendError(
+                ErrorCode(e.error_code), log_message=str(e), log_start_offset=lg.start_offset
+            ) from None
+        if errors:
+            raise AppendError(
+                ErrorCode.INVALID_TIMESTAMP, INVALID_TIMESTAMP_MESSAGE,
+                record_errors=errors, log_start_offset=lg.start_offset,
+            )
+
+    # -- producer state ------------------------------------------------------------------------
+
+    def producer_state(self, lg: PartitionLog) -> ProducerStateManager:
+        return self._slot(lg).state
+
+    def _slot(self, lg: PartitionLog) -> _ProducerSlot:
+        key = (lg.topic, lg.partition)
+        slot = self._producers.get(key)
+        if slot is None or slot.log is not lg:  # first use, or the topic was recreated
+            slot = self._producers[key] = self._load(lg)
+        return slot
+
+    def _expiration_ms(self) -> int:
+        return int(self.config["producer.id.expiration.ms"])
+
+    def _load(self, lg: PartitionLog) -> _ProducerSlot:
+        now = self.clock_ms()
+        name = f"{lg.topic}-{lg.partition}"
+        state = ProducerStateManager(name, self._expiration_ms())
+        directory = getattr(lg, "directory", None)
+        files = SnapshotFiles(directory) if directory else None
+        end = lg.end_offset
+        start = None
+        if files is not None:
+            for offset in reversed(files.offsets()):
+                if offset > end:
+                    log.info("%s: dropping producer snapshot at %d past the log end %d", name, offset, end)
+                    files.delete(offset)
+                    continue
+                try:
+                    state.load_snapshot(files.read(offset), offset, now)
+                except (CorruptSnapshotError, OSError) as e:
+                    log.warning("%s: ignoring producer snapshot at %d: %s", name, offset, e)
+                    files.delete(offset)
+                    continue
+                start = offset
+                break
+        segments = lg.segments
+        if start is None:
+            start = lg.start_offset if files is None else segments[max(0, len(segments) - REPLAY_SEGMENTS)].base_offset
+        replayed = self._replay(lg, state, max(start, lg.start_offset))
+        state.remove_expired(now)
+        state.map_end_offset = end
+        if replayed or start != end:
+            log.info(
+                "%s: loaded state of %d producer(s) from offset %d, replaying %d batch header(s)",
+                name, len(state), start, replayed,
+            )
+        return _ProducerSlot(lg, state, files, segments[-1].base_offset)
+
+    @staticmethod
+    def _replay(lg: PartitionLog, state: ProducerStateManager, offset: int) -> int:
+        n = 0
+        end = lg.end_offset
+        while offset < end:
+            r = lg.read(offset, REPLAY_CHUNK_BYTES)
+            if not r.batches:
+                break
+            for b in r.batches:
+                if b.last_offset >= offset:
+                    state.replay(b.header)
+                    n += 1
+            offset = r.next_offset
+        return n
+
+    def _write_snapshot(self, slot: _ProducerSlot, offset: int) -> None:
+        if slot.snapshots is None:
+            return
+        try:
+            slot.snapshots.write(offset, slot.state.encode_snapshot())
+        except OSError as e:  # a missing snapshot only makes the next start-up replay more
+            log.warning("%s-%d: could not write producer snapshot: %s", slot.log.topic, slot.log.partition, e)
+
+    def write_snapshots(self) -> None:
+        """Snapshot every loaded partition at its log end (clean shutdown)."""
+        for key, slot in list(self._producers.items()):
+            lg = slot.log
+            if self.store.get(*key) is not lg or getattr(lg, "closed", False):
+                continue
+            self._write_snapshot(slot, lg.end_offset)
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        n = 0
+        for key, slot in list(self._producers.items()):
+            if self.store.get(*key) is not slot.log:
+                del self._producers[key]  # the topic was deleted
+                continue
+            n += slot.state.remove_expired(now_ms)
+        return n
+
+    # -- long polls ------------------------------------------------------------------------------
+
+    async def wait_for_data(self, keys: list[tuple], timeout_s: float) -> bool:
+        """Sleep until one of ``keys`` (``data_key``) is notified; False on timeout or shutdown."""
+        if self.shutting_down or timeout_s <= 0 or not keys:
+            return False
+        for k in keys:
+            self._waiting[k] = self._waiting.get(k, 0) + 1
+        try:
+            return await self.waiters.wait(keys, timeout_s) and not self.shutting_down
+        finally:
+            for k in keys:
+                n = self._waiting[k] - 1
+                if n:
+                    self._waiting[k] = n
+                else:
+                    del self._waiting[k]
+
+    def topic_changed(self, name: str, topic: Topic | None) -> None:
+        """TopicRegistry listener: a deleted topic drops its producer state and wakes its polls."""
+        if topic is not None:
+            return
+        for key in [k for k in self._producers if k[0] == name]:
+            del self._producers[key]
+        for key in [k for k in self._waiting if k[0] == name]:
+            self.waiters.notify(key)
+
+    def waiting(self, key: tuple) -> int:
+        """How many long polls currently wait on ``key``."""
+        return self._waiting.get(key, 0)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        interval = int(self.config.get("producer.id.expiration.check.interval.ms", EXPIRATION_CHECK_INTERVAL_MS))
+        self._expiry_task = asyncio.get_running_loop().create_task(self._expire_loop(interval / 1000))
+
+    async def _expire_loop(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                n = self.remove_expired_producers(self.clock_ms())
+                if n:
+                    log.info("expired %d idle producer id(s)", n)
+            except Exception:
+                log.exception("producer expiration failed")
+
+    def begin_shutdown(self) -> None:
+        """Stop long polls from waiting (they answer at once) so in-flight requests finish fast."""
+        self.shutting_down = True
+        for k in list(self._waiting):
+            self.waiters.notify(k)
+
+    async def close(self) -> None:
+        """After the server stopped: stop background work and snapshot producer state."""
+        task, self._expiry_task = self._expiry_task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self.write_snapshots()
+
+
+def _int_setting(topic_configs: dict, name: str, default) -> int:
+    value = topic_configs.get(name)
+    return int(default) if value is None else int(value)

@@ -1,0 +1,242 @@
+"""Fetch: raw batches, byte budgets (KIP-74), long polls, errors, epochs, sessions, topic ids."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+
+import pytest
+
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.context import RequestContext
+from broker.handlers import fetch as fetch_handler
+from broker.handlers import produce as produce_handler
+from broker.partitions import data_key
+from protocol.errors import ErrorCode
+from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
+from protocol.uuids import random_uuid
+from tests.raw_client import RawClient
+from tests.test_produce_support import (
+    FETCH,
+    batch,
+    create_topic,
+    fetch,
+    fetch_request,
+    headers_of,
+    produce,
+    produce_request,
+    records_of,
+)
+
+
+def test_batches_come_back_byte_identical_apart_from_offset_and_epoch(broker, topic_name):
+    with RawClient(broker.bootstrap) as c:
+        topic_id = create_topic(c, topic_name).topic_id
+        sent = [batch([b"a", b"b"], keys=[b"k1", None]), batch([b"c"], compression=2)]
+        for b in sent:
+            produce(c, topic_name, b)
+        for version in (4, 11, 12, 16, 18):
+            by_id = {"topic_id": topic_id} if version >= 13 else {}
+            part = fetch(c, topic_name, 0, version=version, **by_id)
+            assert part.error_code == 0
+            assert part.high_watermark == part.last_stable_offset == 3
+            assert part.log_start_offset == (0 if version >= 5 else -1)  # a v5 field
+            assert part.aborted_transactions is None
+            got = bytes(part.records)
+            expected = b""
+            offset = 0
+            for b in sent:
+                stored = bytearray(b)
+                struct.pack_into(">q", stored, 0, offset)  # base offset assigned by the broker
+                struct.pack_into(">i", stored, 12, 0)  # partition leader epoch 0
+                expected += stored
+                offset += headers_of(b)[0].records_count
+            assert got == expected, version
+
+
+def test_partition_and_request_byte_limits_follow_kip_74(broker, topic_name):
+    other = topic_name + "-b"
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        create_topic(c, other)
+        for i in range(3):
+            produce(c, topic_name, batch([bytes([i]) * 1000]))
+            produce(c, other, batch([bytes([i]) * 1000]))
+        size = headers_of(fetch(c, topic_name, 0, partition_max_bytes=1).records)[0].size
+        # partition limit below one batch: the first batch still comes back whole
+        part = fetch(c, topic_name, 0, partition_max_bytes=1)
+        assert [h.base_offset for h in headers_of(part.records)] == [0]
+        part = fetch(c, topic_name, 1, partition_max_bytes=2 * size)
+        assert [h.base_offset for h in headers_of(part.records)] == [1, 2]
+        # request limit: the first partition takes what fits, the next gets the rest only
+        req = FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=size + 10, topics=[
+            FetchTopic(topic=topic_name, partitions=[FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]),
+            FetchTopic(topic=other, partitions=[FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]),
+        ])
+        resp = c.request(FETCH, 12, req)
+        first, second = (t.partitions[0] for t in resp.responses)
+        assert len(headers_of(first.records)) == 1
+        assert headers_of(second.records) == []  # 10 bytes left: not a whole batch, and not the first
+        assert second.high_watermark == 3
+
+
+def test_offset_out_of_range_and_the_log_end(broker, topic_name):
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        produce(c, topic_name, batch([b"a"]))
+        at_end = fetch(c, topic_name, 1)
+        assert (at_end.error_code, at_end.high_watermark, bytes(at_end.records)) == (0, 1, b"")
+        past = fetch(c, topic_name, 5)
+        assert (past.error_code, past.high_watermark, past.log_start_offset) == (ErrorCode.OFFSET_OUT_OF_RANGE, -1, -1)
+
+
+def test_leader_epoch_checks_and_read_committed(broker, topic_name):
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        produce(c, topic_name, batch([b"a"]))
+        assert fetch(c, topic_name, 0, leader_epoch=0).error_code == 0
+        assert fetch(c, topic_name, 0, leader_epoch=1).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+        assert fetch(c, topic_name, 0, leader_epoch=-2).error_code == ErrorCode.FENCED_LEADER_EPOCH
+        topic_id = create_topic(c, topic_name).topic_id
+        resp = c.request(FETCH, 16, fetch_request("", 0, leader_epoch=-2, topic_id=topic_id))
+        fenced = resp.responses[0].partitions[0]
+        assert (fenced.current_leader.leader_id, fenced.current_leader.leader_epoch) == (1, 0)  # KIP-951
+        assert [(n.node_id, n.port) for n in resp.node_endpoints] == [(1, int(broker.bootstrap.rsplit(":", 1)[1]))]
+        committed = fetch(c, topic_name, 0, isolation_level=1)
+        assert committed.aborted_transactions == [] and committed.last_stable_offset == 1
+        assert len(records_of(committed.records)) == 1
+
+
+def test_topic_ids_from_v13_and_unknown_topics(broker, topic_name):
+    with RawClient(broker.bootstrap) as c:
+        topic_id = create_topic(c, topic_name).topic_id
+        produce(c, topic_name, batch([b"a"]))
+        part = fetch(c, "", 0, version=13, topic_id=topic_id)
+        assert [r.value for r in records_of(part.records)] == [b"a"]
+        resp = c.request(FETCH, 16, fetch_request("", 0, topic_id=random_uuid()))
+        assert resp.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
+        assert fetch(c, "no-such-topic", 0, version=12).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert fetch(c, topic_name, 0, partition=7).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_sessionless_fetches(broker, topic_name):
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        req = fetch_request(topic_name, 0)
+        req.session_id, req.session_epoch = 0, 0  # ask for a new session
+        resp = c.request(FETCH, 12, req)
+        assert (resp.error_code, resp.session_id) == (0, 0)  # none created: full fetches go on
+        req.session_id, req.session_epoch = 1234, 1
+        resp = c.request(FETCH, 12, req)
+        assert (resp.error_code, resp.responses) == (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, [])
+        req.session_id, req.session_epoch = 1234, 0  # a full fetch naming an old session
+        resp = c.request(FETCH, 12, req)
+        assert (resp.error_code, resp.session_id, resp.responses[0].partitions[0].error_code) == (0, 0, 0)
+
+
+def test_follower_fetches_are_refused(broker, topic_name):
+    with RawClient(broker.bootstrap) as c:
+        topic_id = create_topic(c, topic_name).topic_id
+        req = fetch_request("", 0, topic_id=topic_id)
+        req.replica_state = ReplicaState(replica_id=2, replica_epoch=1)
+        resp = c.request(FETCH, 15, req)
+        assert resp.responses[0].partitions[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+
+
+def test_long_poll_returns_on_produce_and_min_bytes_waits_for_max_wait(broker, topic_name):
+    with RawClient(broker.bootstrap) as consumer, RawClient(broker.bootstrap) as producer:
+        create_topic(consumer, topic_name)
+        start = time.monotonic()
+        consumer.send_raw(consumer.frame(FETCH, 12, fetch_request(topic_name, 0, max_wait_ms=5000, min_bytes=1)))
+        produce(producer, topic_name, batch([b"wake"]))
+        resp = consumer.read_response(FETCH, 12)
+        elapsed = time.monotonic() - start
+        assert [r.value for r in records_of(resp.responses[0].partitions[0].records)] == [b"wake"]
+        assert elapsed < 2.5, elapsed  # woken by the produce, not by the 5 s timeout
+
+        start = time.monotonic()
+        part = fetch(consumer, topic_name, 0, max_wait_ms=300, min_bytes=1 << 20)
+        elapsed = time.monotonic() - start
+        assert len(records_of(part.records)) == 1  # what there is, once MaxWaitMs has passed
+        assert 0.29 <= elapsed < 2.5, elapsed
+
+
+# -- in-process: the waiting itself, and log start offset moves ---------------------------------------
+
+
+@pytest.fixture
+async def local(tmp_path):
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data")}))
+    yield b
+    await b.store.close()
+
+
+def ctx(b, api_key, version):
+    conn = type("Conn", (), {"peer": ("127.0.0.1", 1), "close": lambda self: None})()
+    return RequestContext(b, conn, api_key, version, 1, "tests")
+
+
+async def test_a_waiting_fetch_is_woken_by_the_append(local):
+    local.topics.create("t", 1)
+    req = fetch_request("t", 0, max_wait_ms=30_000, min_bytes=1)
+    task = asyncio.ensure_future(fetch_handler.handle(ctx(local, 1, 12), req))
+    while not local.partitions.waiting(data_key("t", 0)):  # parked in the long poll
+        assert not task.done()
+        await asyncio.sleep(0)
+    start = time.monotonic()
+    await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"x"])))
+    resp = await asyncio.wait_for(task, 5)
+    assert time.monotonic() - start < 1
+    assert [r.value for r in records_of(resp.responses[0].partitions[0].records)] == [b"x"]
+
+
+async def test_min_bytes_counts_appended_bytes_before_answering(local):
+    local.topics.create("t", 1)
+    size = len(batch([b"y" * 100]))
+    req = fetch_request("t", 0, max_wait_ms=30_000, min_bytes=2 * size)
+    task = asyncio.ensure_future(fetch_handler.handle(ctx(local, 1, 12), req))
+    while not local.partitions.waiting(data_key("t", 0)):
+        await asyncio.sleep(0)
+    await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"y" * 100])))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not task.done()  # one batch is not MinBytes yet
+    await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"y" * 100])))
+    resp = await asyncio.wait_for(task, 5)
+    assert len(records_of(resp.responses[0].partitions[0].records)) == 2
+
+
+async def test_shutdown_releases_long_polls(local):
+    local.topics.create("t", 1)
+    task = asyncio.ensure_future(fetch_handler.handle(ctx(local, 1, 12), fetch_request("t", 0, max_wait_ms=30_000, min_bytes=1)))
+    while not local.partitions.waiting(data_key("t", 0)):
+        await asyncio.sleep(0)
+    local.partitions.begin_shutdown()
+    resp = await asyncio.wait_for(task, 5)
+    assert resp.responses[0].partitions[0].error_code == 0
+
+
+async def test_deleting_the_topic_answers_a_waiting_fetch(local):
+    local.topics.create("t", 1)
+    task = asyncio.ensure_future(fetch_handler.handle(ctx(local, 1, 12), fetch_request("t", 0, max_wait_ms=30_000, min_bytes=1)))
+    while not local.partitions.waiting(data_key("t", 0)):
+        await asyncio.sleep(0)
+    local.topics.delete("t")
+    resp = await asyncio.wait_for(task, 5)
+    assert resp.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_log_start_offset_moves_are_reflected(local):
+    local.topics.create("t", 1)
+    for v in (b"a", b"b", b"c"):
+        await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([v])))
+    local.store.get("t", 0).delete_records_before(2)
+    req = fetch_request("t", 0)
+    part = (await fetch_handler.handle(ctx(local, 1, 12), req)).responses[0].partitions[0]
+    assert part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+    part = (await fetch_handler.handle(ctx(local, 1, 12), fetch_request("t", 2))).responses[0].partitions[0]
+    assert (part.log_start_offset, part.high_watermark) == (2, 3)
+    resp = await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"d"])))
+    assert resp.responses[0].partition_responses[0].log_start_offset == 2

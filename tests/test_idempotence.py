@@ -1,0 +1,136 @@
+"""Idempotent produce on the wire: InitProducerId, duplicates, gaps, fencing, and restarts."""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode
+from tests.raw_client import RawClient
+from tests.test_produce_support import batch, create_topic, fetch, init_producer_id, produce, records_of
+
+
+def test_producer_ids_are_unique_across_restarts_and_transactions_are_refused(broker_factory):
+    b = broker_factory()
+    with RawClient(b.bootstrap) as c:
+        first = [init_producer_id(c, version=v) for v in (0, 1, 2, 3, 4, 5, 6)]
+        assert all(r.error_code == 0 and r.producer_epoch == 0 for r in first)
+        ids = [r.producer_id for r in first]
+        assert len(set(ids)) == len(ids)
+        txn = init_producer_id(c, transactional_id="my-txn")
+        assert txn.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert init_producer_id(c, transactional_id="").error_code == ErrorCode.INVALID_REQUEST
+    b.kill()  # a crash must not hand out an id twice either
+    b.start()
+    with RawClient(b.bootstrap) as c:
+        after = init_producer_id(c).producer_id
+    assert after > max(ids)
+    assert "refusing transactional id 'my-txn'" in b.log()
+
+
+def test_duplicates_gaps_fencing_and_duplicates_after_restart(broker_factory, topic_name):
+    b = broker_factory()
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        pid = init_producer_id(c).producer_id
+
+        def send(values, seq, epoch=0):
+            return produce(c, topic_name, batch(values, producer_id=pid, epoch=epoch, seq=seq))
+
+        assert send([b"a", b"b", b"c"], 0).base_offset == 0
+        assert send([b"d", b"e"], 3).base_offset == 3
+        retry = send([b"a", b"b", b"c"], 0)  # the first batch again, e.g. after a lost response
+        assert (retry.error_code, retry.base_offset) == (0, 0)
+        assert send([b"d", b"e"], 3).base_offset == 3
+
+        gap = send([b"x"], 9)
+        assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert (gap.base_offset, gap.log_start_offset) == (-1, 0)
+
+        assert send([b"f"], 0, epoch=1).base_offset == 5  # a new epoch starts again at 0
+        fenced = send([b"g"], 5, epoch=0)
+        assert fenced.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+        assert send([b"h"], 7, epoch=1).error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+        part = fetch(c, topic_name, 0)
+        assert [r.value for r in records_of(part.records)] == [b"a", b"b", b"c", b"d", b"e", b"f"]
+        assert part.high_watermark == 6
+
+    b.restart()  # SIGTERM: producer state is snapshotted at the log end
+    with RawClient(b.bootstrap) as c:
+        again = produce(c, topic_name, batch([b"f"], producer_id=pid, epoch=1, seq=0))
+        assert (again.error_code, again.base_offset) == (0, 5)
+        assert produce(c, topic_name, batch([b"i"], producer_id=pid, epoch=1, seq=1)).base_offset == 6
+
+    b.kill()  # crash: the state is rebuilt from the snapshot plus the batch headers after it
+    b.start()
+    with RawClient(b.bootstrap) as c:
+        again = produce(c, topic_name, batch([b"i"], producer_id=pid, epoch=1, seq=1))
+        assert (again.error_code, again.base_offset) == (0, 6)
+        assert produce(c, topic_name, batch([b"j"], producer_id=pid, epoch=1, seq=3)).error_code == (
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        )
+        assert produce(c, topic_name, batch([b"x"], producer_id=pid, epoch=0, seq=2)).error_code == (
+            ErrorCode.INVALID_PRODUCER_EPOCH
+        )
+        values = [r.value for r in records_of(fetch(c, topic_name, 0).records)]
+        assert values == [b"a", b"b", b"c", b"d", b"e", b"f", b"i"]
+
+
+def test_duplicate_detected_after_crash_without_any_snapshot(broker_factory, topic_name):
+    """Every producer snapshot lost: the last segments' batch headers are replayed."""
+    b = broker_factory({"log.segment.bytes": "1024"})  # small segments: several rolls
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        pid = init_producer_id(c).producer_id
+        for seq in range(40):
+            r = produce(c, topic_name, batch([b"v%03d" % seq], producer_id=pid, epoch=0, seq=seq))
+            assert r.base_offset == seq
+    b.kill()
+    data = b.data_dir / f"{topic_name}-0"
+    snapshots = list(data.glob("*.snapshot"))
+    assert snapshots, "segment rolls write producer snapshots"
+    for snap in snapshots:
+        snap.unlink()
+    b.start()
+    with RawClient(b.bootstrap) as c:
+        r = produce(c, topic_name, batch([b"v039"], producer_id=pid, epoch=0, seq=39))
+        assert (r.error_code, r.base_offset) == (0, 39)
+        assert produce(c, topic_name, batch([b"v040"], producer_id=pid, epoch=0, seq=40)).base_offset == 40
+
+
+# -- in-process: which snapshot start-up trusts ---------------------------------------------------
+
+
+async def test_start_up_skips_snapshots_past_the_log_end_or_corrupt(tmp_path):
+    from broker.broker import Broker
+    from broker.config import BrokerConfig
+    from broker.partitions import Partitions
+    from broker.producer_snapshots import SnapshotFiles
+    from protocol.records import check_produce_records
+
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data")}))
+    try:
+        b.topics.create("t", 1)
+        lg = b.store.get("t", 0)
+        for seq in range(3):
+            data = bytearray(batch([b"x"], producer_id=42, epoch=0, seq=seq))
+            b.partitions.append_produce(b.topics.get("t"), lg, data, check_produce_records(data, 9),
+                                        required_acks=-1, now_ms=b.now_ms())
+        b.partitions.write_snapshots()
+        files = SnapshotFiles(lg.directory)
+        assert files.offsets() == [3]
+        good = files.read(3)
+        files.write(2, good[:-1] + bytes([good[-1] ^ 1]))  # torn: fails its CRC
+        files.write(9, good)  # claims offsets the log does not have
+        files.delete(3)
+        fresh = Partitions(b.store, b.waiters, b.config)
+        state = fresh.producer_state(lg)
+        assert files.offsets() == []  # both dropped; the log's batch headers were replayed instead
+        assert state.producers[42].last_seq == 2
+        assert state.check(batch_header(42, 0, 2), lg.end_offset).last_offset == 2
+    finally:
+        await b.store.close()
+
+
+def batch_header(pid, epoch, seq):
+    from protocol.records import parse_header
+
+    return parse_header(batch([b"x"], producer_id=pid, epoch=epoch, seq=seq))

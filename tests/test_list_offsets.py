@@ -1,0 +1,91 @@
+"""ListOffsets: earliest / latest / max timestamp / by timestamp, tiered specials, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.context import RequestContext
+from broker.handlers import list_offsets as list_offsets_handler
+from protocol.errors import ErrorCode
+from protocol.messages.list_offsets_request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
+from protocol.records import build_batch, check_batches
+from tests.raw_client import RawClient
+from tests.test_produce_support import LIST_OFFSETS, batch, create_topic, list_offset, produce
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
+T0 = 1_700_000_000_000
+
+
+def answer(p):
+    return p.error_code, p.timestamp, p.offset, p.leader_epoch
+
+
+def test_empty_partition(broker, topic_name):
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        assert answer(list_offset(c, topic_name, EARLIEST)) == (0, -1, 0, 0)
+        assert answer(list_offset(c, topic_name, LATEST)) == (0, -1, 0, 0)
+        assert answer(list_offset(c, topic_name, MAX_TIMESTAMP)) == (0, -1, -1, -1)
+        assert answer(list_offset(c, topic_name, T0)) == (0, -1, -1, -1)
+
+
+def test_offsets_by_timestamp_and_the_special_timestamps(broker, topic_name):
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        # offsets 0..2 at T0, T0+30, T0+10; offsets 3..4 at T0+20, T0+40; offset 5 at T0+40 again
+        produce(c, topic_name, build_batch([(None, b"a", [], T0), (None, b"b", [], T0 + 30), (None, b"c", [], T0 + 10)]))
+        produce(c, topic_name, build_batch([(None, b"d", [], T0 + 20), (None, b"e", [], T0 + 40)]))
+        produce(c, topic_name, build_batch([(None, b"f", [], T0 + 40)]))
+        assert answer(list_offset(c, topic_name, EARLIEST)) == (0, -1, 0, 0)
+        assert answer(list_offset(c, topic_name, LATEST)) == (0, -1, 6, 0)
+        assert answer(list_offset(c, topic_name, T0 + 5)) == (0, T0 + 30, 1, 0)
+        assert answer(list_offset(c, topic_name, T0 + 31)) == (0, T0 + 40, 4, 0)
+        assert answer(list_offset(c, topic_name, T0 + 41)) == (0, -1, -1, -1)
+        assert answer(list_offset(c, topic_name, MAX_TIMESTAMP, version=7)) == (0, T0 + 40, 4, 0)
+        assert answer(list_offset(c, topic_name, EARLIEST_LOCAL, version=8)) == (0, -1, 0, 0)
+        assert answer(list_offset(c, topic_name, LATEST_TIERED, version=9)) == (0, -1, -1, -1)
+        assert answer(list_offset(c, topic_name, EARLIEST_PENDING_UPLOAD, version=11)) == (0, -1, -1, -1)
+        assert answer(list_offset(c, topic_name, LATEST, isolation_level=1)) == (0, -1, 6, 0)
+        v1 = list_offset(c, topic_name, LATEST, version=1)
+        assert (v1.error_code, v1.offset) == (0, 6)
+
+
+def test_errors(broker, topic_name):
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        produce(c, topic_name, batch([b"a"]))
+        assert list_offset(c, "no-such-topic", LATEST).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert list_offset(c, topic_name, LATEST, partition=3).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert list_offset(c, topic_name, LATEST, leader_epoch=0).error_code == 0
+        assert list_offset(c, topic_name, LATEST, leader_epoch=4).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+        twice = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsTopic(name=topic_name, partitions=[
+            ListOffsetsPartition(partition_index=0, timestamp=LATEST),
+            ListOffsetsPartition(partition_index=0, timestamp=EARLIEST),
+        ])])
+        resp = c.request(LIST_OFFSETS, 9, twice)
+        assert [p.error_code for p in resp.topics[0].partitions] == [ErrorCode.INVALID_REQUEST] * 2
+
+
+@pytest.fixture
+async def local(tmp_path):
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data")}))
+    yield b
+    await b.store.close()
+
+
+async def test_earliest_follows_the_log_start_offset(local):
+    local.topics.create("t", 1)
+    lg = local.store.get("t", 0)
+    data = bytearray(build_batch([(None, b"x", [], T0 + i) for i in range(5)]))
+    local.partitions.append(lg, data, check_batches(data))
+    lg.delete_records_before(3)
+    ctx = RequestContext(local, None, 2, 9, 1, "tests")
+    req = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsTopic(name="t", partitions=[
+        ListOffsetsPartition(partition_index=0, timestamp=EARLIEST)])])
+    resp = await list_offsets_handler.handle(ctx, req)
+    assert resp.topics[0].partitions[0].offset == 3
+    req.topics[0].partitions[0].timestamp = T0  # by timestamp: never below the log start
+    resp = await list_offsets_handler.handle(ctx, req)
+    assert (resp.topics[0].partitions[0].offset, resp.topics[0].partitions[0].timestamp) == (3, T0 + 3)

@@ -1,0 +1,219 @@
+"""Produce: Kafka 4.2's per-partition errors, acks, flush policy, and the wire-level failures.
+
+Most cases call the handler in-process against a real (file-backed) broker object, which is
+fast and lets a test create internal or specially configured topics; the malformed-frame and
+acks=0 cases run over a socket against the shared broker.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.context import RequestContext
+from broker.handlers import produce as produce_handler
+from protocol.errors import ErrorCode
+from protocol.messages.metadata_request import MetadataRequest
+from protocol.records import CRC_OFFSET, build_batch
+from protocol.uuids import random_uuid
+from tests.raw_client import RawClient
+from tests.test_produce_support import (
+    METADATA,
+    PRODUCE,
+    batch,
+    create_topic,
+    fetch,
+    produce,
+    produce_request,
+    records_of,
+)
+
+
+class FakeConnection:
+    peer = ("127.0.0.1", 1)
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+async def local(tmp_path):
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "log.flush.interval.messages": "1"}))
+    yield b
+    await b.store.close()
+
+
+async def call(b, req, *, version=11, client_id="tests", connection=None):
+    ctx = RequestContext(b, connection or FakeConnection(), 0, version, 1, client_id)
+    return await produce_handler.handle(ctx, req)
+
+
+async def produce_one(b, topic, records, *, version=11, client_id="tests", **kw):
+    resp = await call(b, produce_request(topic, records, **kw), version=version, client_id=client_id)
+    (t,) = resp.responses
+    (p,) = t.partition_responses
+    return p
+
+
+async def test_append_answers_offsets_and_waits_for_the_flush(local):
+    local.topics.create("t", 2)
+    p = await produce_one(local, "t", batch([b"a", b"b"]))
+    assert (p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset) == (0, 0, -1, 0)
+    p = await produce_one(local, "t", batch([b"c"]), partition=1, acks=1)
+    assert (p.error_code, p.base_offset) == (0, 0)
+    lg = local.store.get("t", 0)
+    assert lg.end_offset == 2
+    assert lg.recovery_point == 2  # log.flush.interval.messages=1: acked only once fsynced
+
+
+async def test_unknown_topics_and_partitions_are_not_auto_created(local):
+    local.topics.create("t", 1)
+    assert (await produce_one(local, "nope", batch([b"a"]))).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert local.topics.get("nope") is None  # Kafka's Produce never creates topics
+    assert (await produce_one(local, "t", batch([b"a"]), partition=1)).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert (await produce_one(local, "t", batch([b"a"]), partition=-1)).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+async def test_v13_addresses_topics_by_id(local):
+    topic = local.topics.create("t", 1)
+    resp = await call(local, produce_request("", batch([b"a"]), topic_id=topic.topic_id), version=13)
+    assert resp.responses[0].topic_id == topic.topic_id
+    assert resp.responses[0].partition_responses[0].error_code == 0
+    p = await produce_one(local, "", batch([b"a"]), topic_id=random_uuid(), version=13)
+    assert p.error_code == ErrorCode.UNKNOWN_TOPIC_ID
+
+
+async def test_invalid_required_acks(local):
+    local.topics.create("t", 1)
+    p = await produce_one(local, "t", batch([b"a"]), acks=2)
+    assert (p.error_code, p.base_offset) == (ErrorCode.INVALID_REQUIRED_ACKS, -1)
+    assert local.store.get("t", 0).end_offset == 0
+
+
+async def test_internal_topics_only_take_writes_from_the_admin_client(local):
+    local.topics.create("__consumer_offsets", 1)
+    p = await produce_one(local, "__consumer_offsets", batch([b"a"]))
+    assert p.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    p = await produce_one(local, "__consumer_offsets", batch([b"a"]), client_id="__admin_client")
+    assert p.error_code == 0
+
+
+async def test_message_too_large_uses_the_topic_override(local):
+    local.topics.create("t", 1, {"max.message.bytes": "200"})
+    p = await produce_one(local, "t", batch([b"x" * 300]))
+    assert (p.error_code, p.log_start_offset, p.error_message) == (ErrorCode.MESSAGE_TOO_LARGE, -1, None)
+    assert (await produce_one(local, "t", batch([b"x" * 50]))).error_code == 0
+
+
+async def test_record_checks_map_to_corrupt_message_and_invalid_record(local):
+    local.topics.create("t", 1)
+    bad = bytearray(batch([b"a"]))
+    bad[-1] ^= 0xFF
+    assert (await produce_one(local, "t", bytes(bad))).error_code == ErrorCode.CORRUPT_MESSAGE
+    two = batch([b"a"]) + batch([b"b"])
+    assert (await produce_one(local, "t", two)).error_code == ErrorCode.INVALID_RECORD
+    assert (await produce_one(local, "t", None)).error_code == ErrorCode.INVALID_RECORD
+    zstd = batch([b"a"], compression=4)
+    p = await produce_one(local, "t", zstd, version=6)
+    assert p.error_code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    assert (await produce_one(local, "t", zstd, version=7)).error_code == 0
+    assert local.store.get("t", 0).end_offset == 1
+
+
+async def test_timestamps_out_of_bounds_are_invalid_timestamp_with_record_errors(local):
+    local.topics.create("t", 1, {"message.timestamp.after.max.ms": "60000",
+                                  "message.timestamp.before.max.ms": "3600000"})
+    now = int(time.time() * 1000)
+    records = [(None, b"ok", [], now), (None, b"future", [], now + 3_600_000), (None, b"ok", [], now)]
+    p = await produce_one(local, "t", build_batch(records))
+    assert p.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert p.error_message == "One or more records have been rejected due to invalid timestamp"
+    assert [e.batch_index for e in p.record_errors] == [1]
+    assert p.record_errors[0].batch_index_error_message.startswith(f"Timestamp {now + 3_600_000} of message with offset 1")
+    old = [(None, b"old", [], now - 7_200_000)]
+    assert [e.batch_index for e in (await produce_one(local, "t", build_batch(old))).record_errors] == [0]
+    assert (await produce_one(local, "t", build_batch([(None, b"ok", [], now)]))).error_code == 0
+    assert local.store.get("t", 0).end_offset == 1
+    # a producer may not claim LogAppendTime
+    stamped = build_batch([(None, b"x", [])], timestamp_type=1)
+    assert (await produce_one(local, "t", stamped)).error_code == ErrorCode.INVALID_TIMESTAMP
+
+
+async def test_log_append_time_topics_report_the_append_time(local):
+    local.topics.create("t", 1, {"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    p = await produce_one(local, "t", batch([b"a"], timestamp_ms=1))
+    assert p.error_code == 0 and p.log_append_time_ms >= before
+
+
+async def test_compacted_topics_need_keys(local):
+    local.topics.create("c", 1, {"cleanup.policy": "compact"})
+    p = await produce_one(local, "c", batch([b"a", b"b"], keys=[b"k", None]))
+    assert p.error_code == ErrorCode.INVALID_RECORD
+    assert [e.batch_index for e in p.record_errors] == [1]
+    assert "Compacted topic cannot accept message without key" in p.record_errors[0].batch_index_error_message
+    assert p.error_message
+    assert (await produce_one(local, "c", batch([b"a"], keys=[b"k"]))).error_code == 0
+
+
+async def test_min_insync_replicas_above_one_refuses_acks_all(local):
+    local.topics.create("t", 1, {"min.insync.replicas": "2"})
+    assert (await produce_one(local, "t", batch([b"a"]), acks=-1)).error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert (await produce_one(local, "t", batch([b"a"]), acks=1)).error_code == 0
+
+
+async def test_transactional_batches_are_refused(local):
+    local.topics.create("t", 1)
+    txn = build_batch([(None, b"a", [])], producer_id=5, producer_epoch=0, base_sequence=0, is_transactional=True)
+    p = await produce_one(local, "t", txn)
+    assert p.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    p = await produce_one(local, "t", txn, transactional_id="tx")
+    assert p.error_code == ErrorCode.INVALID_TXN_STATE and "not supported" in p.error_message
+    # a transactional id on plain batches is ignored, as in Kafka
+    assert (await produce_one(local, "t", batch([b"a"]), transactional_id="tx")).error_code == 0
+
+
+async def test_acks_zero_answers_nothing_and_closes_the_connection_on_error(local):
+    local.topics.create("t", 1)
+    conn = FakeConnection()
+    assert await call(local, produce_request("t", batch([b"a"]), acks=0), connection=conn) is None
+    assert not conn.closed
+    assert await call(local, produce_request("nope", batch([b"a"]), acks=0), connection=conn) is None
+    assert conn.closed
+
+
+# -- over the wire ---------------------------------------------------------------------------------
+
+
+def test_corrupt_batch_leaves_the_log_intact_and_the_broker_serving(broker, topic_name):
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        assert produce(c, topic_name, batch([b"good"])).base_offset == 0
+        bad = bytearray(batch([b"evil"]))
+        bad[CRC_OFFSET] ^= 0x55
+        assert produce(c, topic_name, bytes(bad)).error_code == ErrorCode.CORRUPT_MESSAGE
+        assert produce(c, topic_name, batch([b"after"])).base_offset == 1  # same connection still served
+    with RawClient(broker.bootstrap) as other:
+        part = fetch(other, topic_name, 0)
+        assert [r.value for r in records_of(part.records)] == [b"good", b"after"]
+
+
+def test_acks_zero_over_the_wire(broker, topic_name):
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        c.send_raw(c.frame(PRODUCE, 9, produce_request(topic_name, batch([b"fire"]), acks=0)))
+        # no response for acks=0: the next response read is the Metadata one
+        c.send_raw(c.frame(METADATA, 12, MetadataRequest(topics=[])))
+        assert c.read_response(METADATA, 12).brokers
+        bad = bytearray(batch([b"x"]))
+        bad[-1] ^= 1
+        c.send_raw(c.frame(PRODUCE, 9, produce_request(topic_name, bytes(bad), acks=0)))
+        assert c.is_closed_by_broker()
+    with RawClient(broker.bootstrap) as c:
+        assert [r.value for r in records_of(fetch(c, topic_name, 0).records)] == [b"fire"]

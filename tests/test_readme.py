@@ -1,0 +1,105 @@
+"""The README stays true: its API table, its commands and its quickstart are checked here."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from broker import api_table
+from broker.handlers import REGISTRY, supported_api_versions
+from tests.broker_process import ROOT
+
+README = ROOT / "README.md"
+START_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/kshare-broker"
+TEST_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/python -m pytest -q"
+
+
+def readme() -> str:
+    return README.read_text()
+
+
+def section(title: str) -> str:
+    text = readme()
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end >= 0 else len(text)]
+
+
+def test_api_table_matches_the_handler_registry():
+    block = api_table.extract(readme())
+    assert block is not None, "README lost its api-table markers"
+    assert block == api_table.block(), "stale table: run `python -m broker.api_table --update README.md`"
+
+
+def test_api_table_rows_are_the_api_versions_answer():
+    rows = re.findall(r"^\| (\w+) \| (\d+) \| (\d+)-(\d+) \|$", api_table.render(), re.M)
+    assert [(int(k), int(lo), int(hi)) for _, k, lo, hi in rows] == [
+        (v.api_key, v.min_version, v.max_version) for v in supported_api_versions()
+    ]
+    assert ("ApiVersions", "18") in [(name, k) for name, k, _, _ in rows]
+
+
+def test_api_table_update_rewrites_only_the_block(tmp_path):
+    doc = tmp_path / "README.md"
+    doc.write_text(f"before\n{api_table.BEGIN}\n| stale |\n{api_table.END}\nafter\n")
+    assert api_table.update(doc) is True
+    assert doc.read_text() == f"before\n{api_table.block()}\nafter\n"
+    assert api_table.update(doc) is False
+
+
+def test_api_table_cli_prints_the_table():
+    r = subprocess.run([sys.executable, "-m", "broker.api_table"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == api_table.render()
+
+
+def shell_blocks(text: str) -> list[str]:
+    return [b.strip() for b in re.findall(r"```sh\n(.*?)```", text, re.S)]
+
+
+def test_exactly_two_set_up_commands():
+    assert shell_blocks(section("Set up")) == [START_COMMAND, TEST_COMMAND]
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    script = ROOT / ".ci" / "run"
+    assert script.stat().st_mode & 0o111, ".ci/run must be executable"
+    lines = [ln for ln in script.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert lines[0] == "set -euo pipefail"
+    assert lines[-1] == TEST_COMMAND
+    assert all(ln.startswith(("set ", "cd ")) for ln in lines[:-1]), lines
+
+
+def quickstart_code() -> str:
+    (code,) = re.findall(r"```python\n(.*?)```", section("Quickstart"), re.S)
+    return code
+
+
+QUICKSTART_APIS = {0: "Produce", 1: "Fetch", 3: "Metadata", 18: "ApiVersions", 19: "CreateTopics"}
+
+
+@pytest.mark.e2e
+def test_quickstart_runs(broker, topic_name):
+    missing = [name for key, name in QUICKSTART_APIS.items() if key not in REGISTRY]
+    if missing:
+        pytest.skip(f"the quickstart needs {', '.join(missing)}, not served yet")
+    code = quickstart_code()
+    assert 'BOOTSTRAP = "127.0.0.1:9092"' in code and 'TOPIC = "quickstart"' in code
+    code = code.replace('BOOTSTRAP = "127.0.0.1:9092"', f'BOOTSTRAP = "{broker.bootstrap}"')
+    code = code.replace('TOPIC = "quickstart"', f'TOPIC = "{topic_name}"')
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[(0, 'key-0', 'hello 0'), (1, 'key-1', 'hello 1'), (2, 'key-2', 'hello 2')]"
+    # The printed result in the README is the real one.
+    assert "# [(0, 'key-0', 'hello 0'), (1, 'key-1', 'hello 1'), (2, 'key-2', 'hello 2')]" in quickstart_code()
+
+
+def test_readme_is_packaged_metadata():
+    """pyproject's readme points here; a missing README breaks `pip install -e .`."""
+    assert 'readme = "README.md"' in (ROOT / "pyproject.toml").read_text()
+    assert README.exists()

@@ -11,12 +11,17 @@ import logging
 import os
 import time
 
+from coordinator.share.service import ShareCoordinatorService
+from persister.in_process import InProcessPersister
+
 from .config import BrokerConfig
 from .log import FileLogStore, LogConfig, LogStore
 from .meta import load_or_create
 from .partitions import Partitions
 from .producer_ids import ProducerIdAllocator
 from .server import Server
+from .share.manager import SharePartitionManager
+from .share.sessions import ShareSessionCache
 from .topics import Topic, TopicRegistry
 from .waiters import Waiters
 
@@ -42,9 +47,26 @@ class Broker:
         self.partitions = Partitions(self.store, self.waiters, config)  # the data path (produce/fetch)
         self.topics.on_change(self.partitions.topic_changed)
         self.producer_ids = ProducerIdAllocator(self.data_dir)
+        # Share groups: the share coordinator (durable share-partition state) behind the
+        # persister seam, and the share-partition leaders with their sessions.
+        self.share_coordinator = ShareCoordinatorService(
+            num_partitions=config["share.coordinator.state.topic.num.partitions"],
+            records_per_snapshot=config["share.coordinator.snapshot.update.records.per.snapshot"],
+            topic_partitions=lambda tid: (t.partitions if (t := self.topics.by_id(tid)) else None),
+        )
+        self.share_sessions = ShareSessionCache(config["group.share.max.share.sessions"])
+        self.share_manager = SharePartitionManager(self, InProcessPersister(self.share_coordinator))
+        self.topics.on_change(self._share_topic_changed)
         self.server = Server(self)
         self.host, self.port = config.advertised_address()
         config.on_change(lambda _names: self.topics.refresh_log_configs())
+
+    def _share_topic_changed(self, name: str, topic: Topic | None) -> None:
+        if topic is None:
+            for key, sp in self.share_manager.share_partitions():
+                if self.topics.by_id(key[1]) is None:
+                    self.share_manager.forget_topic(key[1])
+                    self.share_sessions.forget_partitions(key[1])
 
     def auto_create_topic(self, name: str) -> Topic:
         """Create ``name`` with broker defaults (Metadata and Produce auto-creation)."""
@@ -77,6 +99,7 @@ class Broker:
         log.info("shutting down: finishing in-flight requests")
         self.partitions.begin_shutdown()
         await self.server.stop()
+        await self.share_manager.close()
         await self.partitions.close()
         await self.store.close()
         log.info("shutdown complete")

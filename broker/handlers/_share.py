@@ -1,0 +1,68 @@
+"""What ShareFetch and ShareAcknowledge share: identity checks, topic-id lookups, ack parsing,
+and the share-session lifecycle tied to the client connection."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from protocol.errors import ErrorCode, KafkaError
+
+from ..share.ack_batches import validate_ack_batches
+
+MAX_MEMBER_ID_LENGTH = 36
+
+
+def check_identity(group_id: str | None, member_id: str | None) -> None:
+    """Kafka's top-level checks (KafkaApis): a group id, and a member id of 1-36 characters."""
+    if group_id is None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId is required.")
+    if not member_id or len(member_id) > MAX_MEMBER_ID_LENGTH:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Invalid member id.")
+
+
+def resolve(broker, topic_id: UUID, partition: int) -> tuple[str | None, ErrorCode]:
+    """(topic name, NONE) or (None, UNKNOWN_TOPIC_ID / UNKNOWN_TOPIC_OR_PARTITION)."""
+    topic = broker.topics.by_id(topic_id)
+    if topic is None:
+        return None, ErrorCode.UNKNOWN_TOPIC_ID
+    if not 0 <= partition < topic.partitions:
+        return None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    return topic.name, ErrorCode.NONE
+
+
+def split_acks(broker, partitions, version: int, is_renew_ack: bool):
+    """``partitions``: (topic id, partition, AcknowledgementBatch list). Returns the valid acks
+    as {(topic id, partition): [(first, last, types)]} and per-partition errors for the rest."""
+    acks: dict[tuple[UUID, int], list] = {}
+    errors: dict[tuple[UUID, int], ErrorCode] = {}
+    for topic_id, p, batches in partitions:
+        tp = (topic_id, p)
+        _, code = resolve(broker, topic_id, p)
+        if code:
+            errors[tp] = code
+            continue
+        parsed = [(b.first_offset, b.last_offset, b.acknowledge_types) for b in batches]
+        if validate_ack_batches(parsed, version, is_renew_ack) is not None:
+            errors[tp] = ErrorCode.INVALID_REQUEST
+            continue
+        acks.setdefault(tp, []).extend(parsed)
+    return acks, errors
+
+
+def tie_session_to_connection(ctx, session) -> None:
+    """Kafka drops a member's share session, releasing its records, when its connection closes."""
+    broker = ctx.broker
+
+    def closed() -> None:
+        sessions = broker.share_sessions
+        if sessions.get(session.group_id, session.member_id) is session:
+            sessions.close(session.group_id, session.member_id)
+            broker.share_manager.release_soon(session.group_id, session.member_id, set(session.partitions))
+
+    ctx.connection.on_close(closed)
+
+
+async def close_session(broker, session) -> None:
+    """Epoch -1: forget the session, then release what its member still holds there."""
+    broker.share_sessions.close(session.group_id, session.member_id)
+    await broker.share_manager.release(session.group_id, session.member_id, set(session.partitions))

@@ -1,0 +1,53 @@
+"""ShareAcknowledge (v1-2): acknowledge records outside a fetch (explicit commits, close).
+
+It shares the session's epoch sequence with ShareFetch but can never open a session; epoch -1
+applies the acknowledgements and then closes the session, releasing the member's records.
+"""
+
+from __future__ import annotations
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.share_acknowledge_response import (
+    LeaderIdAndEpoch,
+    PartitionData,
+    ShareAcknowledgeResponse,
+    ShareAcknowledgeTopicResponse,
+)
+
+from ..share.sessions import CLOSE
+from ._share import check_identity, close_session, split_acks
+
+API_KEY = 79
+MIN_VERSION, MAX_VERSION = 1, 2
+
+
+async def handle(ctx, req) -> ShareAcknowledgeResponse:
+    broker = ctx.broker
+    group, member, epoch = req.group_id, req.member_id, req.share_session_epoch
+    try:
+        check_identity(group, member)
+        session = broker.share_sessions.check_epoch(group, member, epoch, acknowledge=True)
+    except KafkaError as e:
+        return ShareAcknowledgeResponse(error_code=e.code, error_message=e.message)
+    if epoch != CLOSE:
+        broker.share_sessions.advance(session)
+
+    parts = [(t.topic_id, p.partition_index, p.acknowledgement_batches) for t in req.topics for p in t.partitions]
+    acks, results = split_acks(broker, parts, ctx.api_version, req.is_renew_ack)
+    manager = broker.share_manager
+    if acks:
+        for tp, (code, _msg) in (await manager.acknowledge(group, member, acks)).items():
+            results[tp] = code
+    if epoch == CLOSE:
+        await close_session(broker, session)
+
+    leader = LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=0)
+    by_topic: dict = {}
+    for (topic_id, p) in dict.fromkeys((t, p) for t, p, _ in parts):
+        by_topic.setdefault(topic_id, []).append(
+            PartitionData(partition_index=p, error_code=results.get((topic_id, p), ErrorCode.NONE), current_leader=leader)
+        )
+    return ShareAcknowledgeResponse(
+        acquisition_lock_timeout_ms=manager.lock_duration_ms(group),
+        responses=[ShareAcknowledgeTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()],
+    )

@@ -1,0 +1,127 @@
+"""ShareFetch (v1-2): acknowledge piggybacked records, then acquire new ones for the member.
+
+Session epochs: 0 opens a share session over the listed partitions (acknowledgements are not
+allowed then), -1 closes it (acknowledgements are applied, nothing is fetched, the member's
+records are released), anything else must match the session and may add or forget partitions.
+Every later request fetches all the session's partitions, in an order rotated by the epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.share_fetch_response import (
+    AcquiredRecords,
+    LeaderIdAndEpoch,
+    PartitionData,
+    ShareFetchableTopicResponse,
+    ShareFetchResponse,
+)
+
+from ..share.manager import FetchParams
+from ..share.sessions import CLOSE, OPEN, rotated
+from ._share import check_identity, close_session, resolve, split_acks, tie_session_to_connection
+
+API_KEY = 78
+MIN_VERSION, MAX_VERSION = 1, 2
+
+
+def _top_level_error(code: ErrorCode, message: str | None) -> ShareFetchResponse:
+    return ShareFetchResponse(error_code=code, error_message=message)
+
+
+async def handle(ctx, req) -> ShareFetchResponse:
+    broker = ctx.broker
+    v = ctx.api_version
+    try:
+        check_identity(req.group_id, req.member_id)
+        if v >= 2 and req.is_renew_ack and (req.max_bytes or req.min_bytes or req.max_records or req.max_wait_ms):
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                "MaxBytes, MinBytes, MaxRecords and MaxWaitMs must be 0 when IsRenewAck is set.",
+            )
+    except KafkaError as e:
+        return _top_level_error(e.code, e.message)
+
+    group, member, epoch = req.group_id, req.member_id, req.share_session_epoch
+    listed: dict[tuple, None] = {}  # partitions named in Topics (a topic may appear twice)
+    ack_parts = []
+    for t in req.topics:
+        for p in t.partitions:
+            listed[(t.topic_id, p.partition_index)] = None
+            if p.acknowledgement_batches:
+                ack_parts.append((t.topic_id, p.partition_index, p.acknowledgement_batches))
+    forgotten = [(t.topic_id, p) for t in req.forgotten_topics_data for p in t.partitions]
+
+    sessions = broker.share_sessions
+    try:
+        if epoch == OPEN:
+            if ack_parts:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Acknowledge data present on initial ShareFetch.")
+            session, _ = sessions.open(group, member, listed, id(ctx.connection))
+            tie_session_to_connection(ctx, session)
+            added = list(listed)
+        else:
+            session = sessions.check_epoch(group, member, epoch)
+            added = [] if epoch == CLOSE else sessions.advance(session, listed, forgotten)
+    except KafkaError as e:
+        if e.code == ErrorCode.SHARE_SESSION_LIMIT_REACHED:
+            await asyncio.sleep(max(req.max_wait_ms, 0) / 1000)  # Kafka answers after MaxWaitMs
+        return _top_level_error(e.code, e.message)
+
+    manager = broker.share_manager
+    acks, ack_results = split_acks(broker, ack_parts, v, req.is_renew_ack)
+    if acks:
+        for tp, (code, _msg) in (await manager.acknowledge(group, member, acks)).items():
+            ack_results[tp] = code
+
+    fetched: dict[tuple, object] = {}
+    errors: dict[tuple, ErrorCode] = {}
+    if epoch == CLOSE:
+        await close_session(broker, session)
+    elif not req.is_renew_ack:
+        order = rotated(list(session.partitions), epoch)
+        wanted = []
+        for topic_id, p in order:
+            name, code = resolve(broker, topic_id, p)
+            if code:
+                errors[(topic_id, p)] = code
+            else:
+                wanted.append((topic_id, p, name))
+        if wanted:
+            params = FetchParams(
+                max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes,
+                max_bytes=min(req.max_bytes, broker.config["fetch.max.bytes"]),
+                max_records=req.max_records, batch_size=req.batch_size,
+                acquire_mode=req.share_acquire_mode if v >= 2 else 0,
+            )
+            fetched = await manager.fetch(group, member, wanted, params)
+
+    # Initial and final responses list every partition; incremental ones only those with
+    # news: records, an error, an acknowledgement result, or newly added to the session.
+    full = epoch in (OPEN, CLOSE)
+    include = list(dict.fromkeys([*fetched, *errors, *ack_results, *added]))
+    leader = LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=0)
+    by_topic: dict = {}
+    for tp in include:
+        f = fetched.get(tp)
+        code = errors.get(tp, f.error_code if f is not None else ErrorCode.NONE)
+        has_records = f is not None and f.acquired
+        if not (full or has_records or code or tp in ack_results or tp in added):
+            continue
+        part = PartitionData(
+            partition_index=tp[1],
+            error_code=code,
+            error_message=f.error_message if f is not None else None,
+            acknowledge_error_code=ack_results.get(tp, ErrorCode.NONE),
+            current_leader=leader,
+            records=f.records if has_records else None,
+            acquired_records=[AcquiredRecords(first_offset=a, last_offset=b, delivery_count=c)
+                              for a, b, c in f.acquired] if has_records else [],
+        )
+        by_topic.setdefault(tp[0], []).append(part)
+    return ShareFetchResponse(
+        acquisition_lock_timeout_ms=manager.lock_duration_ms(group),
+        responses=[ShareFetchableTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()],
+    )

@@ -1,0 +1,396 @@
+"""The share-partition manager: the async shell around every ``SharePartition`` of this broker.
+
+It owns the share partitions (one per group x topic-partition) and does their I/O: loading
+state from the persister (and resolving ``share.auto.offset.reset``), reading whole log
+batches for acquisition, writing each transition through the persister before committing it
+(acknowledgements are answered only after that write), arming acquisition-lock timers, and
+waking long-polling share fetches when records may have become available.
+
+Wake-ups use ``broker.waiters``: produce notifies ``(topic, partition)``; this manager
+notifies ``share_key(group, topic_id, partition)`` after releases, lock expiry and rollbacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+from uuid import UUID
+
+from coordinator.group.configs import EffectiveGroupConfig, effective
+from protocol.errors import ErrorCode, KafkaError
+
+from ..log import OffsetOutOfRange
+from ..partitions import data_key
+from .offset_reset import resolve_start_offset
+from .partition import AcquireResult, SharePartition, ShareStateError, Transition
+
+if TYPE_CHECKING:
+    from persister.api import Persister
+
+    from ..broker import Broker
+
+log = logging.getLogger("kshare.share")
+
+Key = tuple[str, UUID, int]  # (group id, topic id, partition)
+LEADER_EPOCH = 0
+
+# Persister errors as the leader reports them (Kafka's SharePartition initialisation mapping).
+_LOAD_ERRORS = {
+    ErrorCode.NOT_COORDINATOR: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.GROUP_ID_NOT_FOUND: ErrorCode.GROUP_ID_NOT_FOUND,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.FENCED_LEADER_EPOCH: ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.FENCED_STATE_EPOCH: ErrorCode.NOT_LEADER_OR_FOLLOWER,
+}
+
+
+def share_key(group_id: str, topic_id: UUID, partition: int) -> tuple:
+    return ("share", group_id, topic_id, partition)
+
+
+@dataclass
+class FetchParams:
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    max_records: int
+    batch_size: int
+    acquire_mode: int = 0
+
+
+@dataclass
+class PartitionFetch:
+    """One partition's share-fetch result: raw batches (zero-copy views) and acquired ranges."""
+
+    error_code: int = ErrorCode.NONE
+    error_message: str | None = None
+    records: list = field(default_factory=list)
+    acquired: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+class _Leader:
+    """A SharePartition with its timer handle; ``loaded`` completes once state is loaded."""
+
+    __slots__ = ("key", "sp", "topic", "timer", "loaded")
+
+    def __init__(self, key: Key, topic: str) -> None:
+        self.key = key
+        self.topic = topic
+        self.sp: SharePartition | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.loaded: asyncio.Future = asyncio.get_running_loop().create_future()
+
+
+class SharePartitionManager:
+    def __init__(
+        self,
+        broker: Broker,
+        persister: Persister,
+        *,
+        settings: Callable[[str], EffectiveGroupConfig] | None = None,
+    ) -> None:
+        self.broker = broker
+        self.persister = persister
+        cfg = broker.config
+        self.max_delivery_count: int = cfg["group.share.delivery.count.limit"]
+        self.max_in_flight: int = cfg["group.share.partition.max.record.locks"]
+        self._settings = settings or (lambda _group: effective({}, cfg.raw_properties()))
+        self._leaders: dict[Key, _Leader] = {}
+        self._writes: set[asyncio.Task] = set()
+
+    # --- clock and settings ---------------------------------------------------------------------
+
+    @staticmethod
+    def _now() -> float:
+        """Lock deadlines are on the event loop's monotonic clock, in milliseconds."""
+        return asyncio.get_running_loop().time() * 1000
+
+    def settings(self, group_id: str) -> EffectiveGroupConfig:
+        return self._settings(group_id)
+
+    def lock_duration_ms(self, group_id: str) -> int:
+        return self.settings(group_id).share_record_lock_duration_ms
+
+    # --- loading --------------------------------------------------------------------------------
+
+    def cached(self, group_id: str, topic_id: UUID, partition: int) -> SharePartition | None:
+        leader = self._leaders.get((group_id, topic_id, partition))
+        return leader.sp if leader is not None else None
+
+    async def partition(self, group_id: str, topic_id: UUID, partition: int, topic: str) -> SharePartition:
+        """The loaded share partition, loading it on first use; raises KafkaError on failure."""
+        key = (group_id, topic_id, partition)
+        leader = self._leaders.get(key)
+        if leader is None:
+            leader = self._leaders[key] = _Leader(key, topic)
+            try:
+                leader.sp = await self._load(key, topic)
+                leader.loaded.set_result(None)
+            except BaseException as e:
+                del self._leaders[key]
+                leader.loaded.set_exception(e if isinstance(e, KafkaError) else KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR))
+                leader.loaded.exception()  # retrieved: waiters re-raise it
+                raise
+        elif not leader.loaded.done():
+            await asyncio.shield(leader.loaded)
+        return leader.sp
+
+    async def _load(self, key: Key, topic: str) -> SharePartition:
+        group_id, topic_id, partition = key
+        state = await self.persister.read_state(group_id, topic_id, partition, leader_epoch=LEADER_EPOCH)
+        if state.error_code == ErrorCode.INVALID_REQUEST:
+            # Never initialised: Kafka's group coordinator does this before assigning the
+            # partition; a leader asked first does it itself.
+            code, msg = await self.persister.initialize_state(
+                group_id, topic_id, partition, state_epoch=0, start_offset=-1
+            )
+            if code:
+                raise KafkaError(_LOAD_ERRORS.get(code, ErrorCode.UNKNOWN_SERVER_ERROR), msg)
+            state = await self.persister.read_state(group_id, topic_id, partition, leader_epoch=LEADER_EPOCH)
+        if state.error_code:
+            raise KafkaError(_LOAD_ERRORS.get(state.error_code, ErrorCode.UNKNOWN_SERVER_ERROR), state.error_message)
+        lg = self.broker.store.get(topic, partition)
+        if lg is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        start = state.start_offset
+        if start < 0:
+            start = resolve_start_offset(
+                self.settings(group_id).share_auto_offset_reset,
+                log_start_offset=lg.start_offset,
+                log_end_offset=lg.end_offset,
+                offset_for_timestamp=lambda ts: (r[1] if (r := lg.offset_for_timestamp(ts)) else None),
+                now_ms=int(time.time() * 1000),
+            )
+            if start is None:
+                raise KafkaError(ErrorCode.OFFSET_NOT_AVAILABLE, "No offset found for share.auto.offset.reset")
+        sp = SharePartition(
+            clock=self._now,
+            lock_duration_ms=lambda: self.lock_duration_ms(group_id),
+            max_delivery_count=self.max_delivery_count,
+            max_in_flight_records=self.max_in_flight,
+        )
+        try:
+            sp.initialize(start, state.state_epoch, state.batches)
+        except ShareStateError as e:
+            log.error("share partition %s: unusable persisted state: %s", key, e)
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(e)) from None
+        if lg.start_offset > sp.start_offset:
+            sp.on_log_start_offset(lg.start_offset)
+        return sp
+
+    # --- fetch ----------------------------------------------------------------------------------
+
+    async def fetch(
+        self, group_id: str, member_id: str, partitions: list[tuple[UUID, int, str]], params: FetchParams
+    ) -> dict[tuple[UUID, int], PartitionFetch]:
+        """Acquire records for ``member_id`` from ``partitions`` ((topic id, partition, topic name),
+        in the order to serve them), long-polling up to MaxWaitMs until MinBytes are available."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(params.max_wait_ms, 0) / 1000
+        results: dict[tuple[UUID, int], PartitionFetch] = {}
+        leaders: list[tuple[UUID, int, str, SharePartition]] = []
+        for topic_id, p, topic in partitions:
+            try:
+                sp = await self.partition(group_id, topic_id, p, topic)
+            except KafkaError as e:
+                results[(topic_id, p)] = PartitionFetch(e.code, e.message)
+                continue
+            leaders.append((topic_id, p, topic, sp))
+        if not leaders or params.max_records <= 0 or params.max_bytes <= 0:
+            return results
+        keys = [k for topic_id, p, topic, _ in leaders for k in (data_key(topic, p), share_key(group_id, topic_id, p))]
+        while True:
+            got = self._acquire(group_id, member_id, leaders, params, final=loop.time() >= deadline)
+            if got is not None:
+                results.update(got)
+                return results
+            remaining = deadline - loop.time()
+            if not await self.broker.waiters.wait(keys, remaining):
+                if loop.time() >= deadline:
+                    results.update(self._acquire(group_id, member_id, leaders, params, final=True))
+                    return results
+
+    def _acquire(self, group_id, member_id, leaders, params: FetchParams, *, final: bool):
+        """Read and acquire synchronously; None means "not enough yet, keep waiting"."""
+        reads = []
+        total = 0
+        budget_bytes = max(params.max_bytes // len(leaders), 1)
+        for topic_id, p, topic, sp in leaders:
+            lg = self.broker.store.get(topic, p)
+            if lg is None:
+                reads.append((topic_id, p, sp, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            if lg.start_offset > sp.start_offset:
+                sp.on_log_start_offset(lg.start_offset)
+            if not sp.can_acquire():
+                reads.append((topic_id, p, sp, None, ErrorCode.NONE))
+                continue
+            offset = sp.next_fetch_offset()
+            try:
+                rr = lg.read(offset, budget_bytes) if offset < lg.end_offset else None
+            except OffsetOutOfRange:
+                sp.on_log_start_offset(lg.start_offset)
+                offset = sp.next_fetch_offset()
+                rr = lg.read(offset, budget_bytes) if offset < lg.end_offset else None
+            if rr is not None and rr.batches:
+                total += rr.size
+            reads.append((topic_id, p, sp, (offset, rr) if rr is not None and rr.batches else None, ErrorCode.NONE))
+        if not final and (total == 0 or total < params.min_bytes):
+            return None
+        out: dict[tuple[UUID, int], PartitionFetch] = {}
+        records_left = params.max_records
+        for topic_id, p, sp, read, error in reads:
+            if error:
+                out[(topic_id, p)] = PartitionFetch(error)
+                continue
+            if read is None or records_left <= 0:
+                out[(topic_id, p)] = PartitionFetch()
+                continue
+            offset, rr = read
+            batches = [(b.base_offset, b.last_offset) for b in rr.batches]
+            res: AcquireResult = sp.acquire(
+                member_id, batches, fetch_offset=offset, max_records=records_left,
+                batch_size=params.batch_size, mode=params.acquire_mode,
+            )
+            records_left -= res.count
+            if res.ranges:
+                out[(topic_id, p)] = PartitionFetch(records=rr.views(res.batch_start, res.batch_end), acquired=res.ranges)
+                self._arm(self._leaders[(group_id, topic_id, p)])
+            else:
+                out[(topic_id, p)] = PartitionFetch()
+        return out
+
+    # --- acknowledge and release ----------------------------------------------------------------
+
+    async def acknowledge(
+        self, group_id: str, member_id: str, acks: dict[tuple[UUID, int], list]
+    ) -> dict[tuple[UUID, int], tuple[int, str | None]]:
+        """Apply each partition's batches atomically; answers after the state is persisted."""
+        results: dict[tuple[UUID, int], tuple[int, str | None]] = {}
+        pending = []
+        for (topic_id, p), batches in acks.items():
+            leader = self._leaders.get((group_id, topic_id, p))
+            if leader is None or leader.sp is None:
+                results[(topic_id, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+                continue
+            t = leader.sp.acknowledge(member_id, batches)
+            if t.error_code:
+                results[(topic_id, p)] = (t.error_code, None)
+            elif t.pending:
+                pending.append(((topic_id, p), leader, t))
+            else:
+                results[(topic_id, p)] = (ErrorCode.NONE, None)
+                self._arm(leader)  # a renew moved the lock deadline
+        outcomes = await asyncio.gather(*(self._persist(leader, t) for _, leader, t in pending))
+        for (tp, _, _), outcome in zip(pending, outcomes):
+            results[tp] = outcome
+        return results
+
+    async def release(self, group_id: str, member_id: str, partitions=None) -> None:
+        """Release ``member_id``'s acquired records (session close, leaving the group).
+
+        ``partitions`` limits it to those (topic id, partition) pairs; None means all of the group's.
+        """
+        jobs = []
+        for (g, topic_id, p), leader in list(self._leaders.items()):
+            if g != group_id or leader.sp is None:
+                continue
+            if partitions is not None and (topic_id, p) not in partitions:
+                continue
+            t = leader.sp.release_member(member_id)
+            if t.pending:
+                jobs.append(self._persist(leader, t))
+        if jobs:
+            await asyncio.gather(*jobs)
+
+    def release_soon(self, group_id: str, member_id: str, partitions=None) -> None:
+        """Fire-and-forget release, for callbacks that cannot await (connection close)."""
+        self._track(asyncio.get_running_loop().create_task(self.release(group_id, member_id, partitions)))
+
+    async def _persist(self, leader: _Leader, t: Transition) -> tuple[int, str | None]:
+        """Write a pending transition, then commit it, or roll it back if the write failed."""
+        group_id, topic_id, p = leader.key
+        sp = leader.sp
+        try:
+            code, msg = await self.persister.write_state(
+                group_id, topic_id, p, state_epoch=t.state_epoch, leader_epoch=LEADER_EPOCH,
+                start_offset=t.start_offset, delivery_complete_count=t.delivery_complete_count,
+                batches=t.state_batches,
+            )
+        except Exception as e:  # the persister failed in an unexpected way: treat as a failed write
+            log.exception("share partition %s: state write failed", leader.key)
+            code, msg = ErrorCode.UNKNOWN_SERVER_ERROR, str(e)
+        if code:
+            sp.rollback(t)
+            code = _LOAD_ERRORS.get(code, code)
+        else:
+            sp.commit(t)
+        self._arm(leader)
+        self.broker.waiters.notify(share_key(group_id, topic_id, p))
+        return code, msg
+
+    # --- acquisition locks ----------------------------------------------------------------------
+
+    def _arm(self, leader: _Leader) -> None:
+        """(Re)arm the lock timer for the partition's earliest deadline."""
+        deadline = leader.sp.next_deadline() if leader.sp is not None else None
+        if leader.timer is not None:
+            if deadline is not None and leader.timer.when() * 1000 <= deadline:
+                return  # already armed early enough; it re-arms itself when it fires
+            leader.timer.cancel()
+            leader.timer = None
+        if deadline is not None:
+            leader.timer = asyncio.get_running_loop().call_at(deadline / 1000, self._expire, leader)
+
+    def _expire(self, leader: _Leader) -> None:
+        leader.timer = None
+        if self._leaders.get(leader.key) is not leader or leader.sp is None:
+            return
+        t = leader.sp.expire_locks(self._now())
+        self._arm(leader)
+        if t is None:
+            return
+        group_id, topic_id, p = leader.key
+        self.broker.waiters.notify(share_key(group_id, topic_id, p))
+        if t.needs_write:
+            self._track(asyncio.get_running_loop().create_task(self._write_final(leader, t)))
+
+    async def _write_final(self, leader: _Leader, t: Transition) -> None:
+        """Expiry is already applied; its write is best effort, as in Kafka."""
+        group_id, topic_id, p = leader.key
+        code, msg = await self.persister.write_state(
+            group_id, topic_id, p, state_epoch=t.state_epoch, leader_epoch=LEADER_EPOCH,
+            start_offset=t.start_offset, delivery_complete_count=t.delivery_complete_count, batches=t.state_batches,
+        )
+        if code:
+            log.warning("share partition %s: writing lock expiry failed: %s %s", leader.key, ErrorCode(code).name, msg)
+
+    def _track(self, task: asyncio.Task) -> None:
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def forget_topic(self, topic_id: UUID) -> None:
+        """A deleted topic's share partitions go away with it."""
+        for key, leader in list(self._leaders.items()):
+            if key[1] == topic_id:
+                if leader.timer is not None:
+                    leader.timer.cancel()
+                del self._leaders[key]
+
+    def share_partitions(self, group_id: str | None = None):
+        """(key, SharePartition) of loaded share partitions, for describe and metrics."""
+        return [(k, l.sp) for k, l in self._leaders.items() if l.sp is not None and (group_id is None or k[0] == group_id)]
+
+    async def close(self) -> None:
+        for leader in self._leaders.values():
+            if leader.timer is not None:
+                leader.timer.cancel()
+        if self._writes:
+            await asyncio.gather(*self._writes, return_exceptions=True)

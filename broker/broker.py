@@ -11,6 +11,7 @@ import logging
 import os
 import time
 
+from coordinator.group import runtime as group_runtime
 from coordinator.share.service import ShareCoordinatorService
 from persister.in_process import InProcessPersister
 
@@ -43,6 +44,7 @@ class Broker:
             checkpoint_interval_ms=config["log.flush.offset.checkpoint.interval.ms"] or 60_000,
         )
         self.topics = TopicRegistry(self.data_dir, self.store, self.log_config)
+        self.group_coordinator = group_runtime.install(self)  # share-group membership and GROUP configs
         self.waiters = Waiters()
         self.partitions = Partitions(self.store, self.waiters, config)  # the data path (produce/fetch)
         self.topics.on_change(self.partitions.topic_changed)
@@ -55,7 +57,10 @@ class Broker:
             topic_partitions=lambda tid: (t.partitions if (t := self.topics.by_id(tid)) else None),
         )
         self.share_sessions = ShareSessionCache(config["group.share.max.share.sessions"])
-        self.share_manager = SharePartitionManager(self, InProcessPersister(self.share_coordinator))
+        self.share_manager = SharePartitionManager(
+            self, InProcessPersister(self.share_coordinator), settings=self.group_coordinator.group_settings
+        )
+        self.group_coordinator.on_member_departed(self.share_manager.release_soon)
         self.topics.on_change(self._share_topic_changed)
         self.server = Server(self)
         self.host, self.port = config.advertised_address()
@@ -84,6 +89,7 @@ class Broker:
     async def start(self) -> tuple[str, int]:
         """Listen on the configured listener; returns the bound (host, port)."""
         host, port = self.config.listener_address()
+        await self.group_coordinator.start()
         bound_host, bound_port = await self.server.start(host, port)
         if port == 0 or not self.config["advertised.listeners"]:
             self.port = bound_port  # port 0 (tests): advertise the port the OS picked
@@ -99,6 +105,7 @@ class Broker:
         log.info("shutting down: finishing in-flight requests")
         self.partitions.begin_shutdown()
         await self.server.stop()
+        await self.group_coordinator.stop()
         await self.share_manager.close()
         await self.partitions.close()
         await self.store.close()

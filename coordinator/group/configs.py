@@ -254,6 +254,10 @@ class EffectiveGroupConfig:
     streams_heartbeat_interval_ms: int
     streams_num_standby_replicas: int
     streams_initial_rebalance_delay_ms: int
+    # Broker-wide in Kafka 4.2 (no group-level config), resolved here so share-partition
+    # leaders read every setting from one place.
+    share_delivery_count_limit: int = 5
+    share_partition_max_record_locks: int = 2000
     overrides: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -305,6 +309,8 @@ def effective(group_props: Mapping[str, str], broker_config: Mapping[str, str]) 
         streams_heartbeat_interval_ms=values["streams.heartbeat.interval.ms"],
         streams_num_standby_replicas=values["streams.num.standby.replicas"],
         streams_initial_rebalance_delay_ms=values["streams.initial.rebalance.delay.ms"],
+        share_delivery_count_limit=broker_value("group.share.delivery.count.limit", broker_config),
+        share_partition_max_record_locks=broker_value("group.share.partition.max.record.locks", broker_config),
         overrides=dict(group_props),
     )
 

@@ -79,6 +79,17 @@ class Broker:
         log.info("auto-created topic %s", name)
         return topic
 
+    def internal_topic(self, name: str, partitions: int, configs: dict[str, str]) -> Topic:
+        """The internal topic ``name``, created with ``partitions`` and ``configs`` if missing.
+
+        Kafka creates its internal topics on first use; kshare creates them when a coordinator
+        starts, so loading never races creation. An existing topic is kept as it is.
+        """
+        topic = self.topics.get(name)
+        if topic is None:
+            topic = self.topics.create(name, partitions, configs)
+        return topic
+
     def log_config(self, topic_overrides: dict[str, str]) -> LogConfig:
         return LogConfig.from_properties(self.config.raw_properties(), topic_overrides)
 

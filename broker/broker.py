@@ -12,7 +12,7 @@ import os
 import time
 
 from coordinator.group import runtime as group_runtime
-from coordinator.share.service import ShareCoordinatorService
+from coordinator.share import runtime as share_runtime
 from persister.in_process import InProcessPersister
 
 from .config import BrokerConfig
@@ -51,11 +51,7 @@ class Broker:
         self.producer_ids = ProducerIdAllocator(self.data_dir)
         # Share groups: the share coordinator (durable share-partition state) behind the
         # persister seam, and the share-partition leaders with their sessions.
-        self.share_coordinator = ShareCoordinatorService(
-            num_partitions=config["share.coordinator.state.topic.num.partitions"],
-            records_per_snapshot=config["share.coordinator.snapshot.update.records.per.snapshot"],
-            topic_partitions=lambda tid: (t.partitions if (t := self.topics.by_id(tid)) else None),
-        )
+        self.share_coordinator_runtime = share_runtime.install(self)  # sets self.share_coordinator
         self.share_sessions = ShareSessionCache(config["group.share.max.share.sessions"])
         self.share_manager = SharePartitionManager(
             self, InProcessPersister(self.share_coordinator), settings=self.group_coordinator.group_settings
@@ -100,6 +96,7 @@ class Broker:
     async def start(self) -> tuple[str, int]:
         """Listen on the configured listener; returns the bound (host, port)."""
         host, port = self.config.listener_address()
+        await self.share_coordinator_runtime.start()
         await self.group_coordinator.start()
         bound_host, bound_port = await self.server.start(host, port)
         if port == 0 or not self.config["advertised.listeners"]:
@@ -118,6 +115,7 @@ class Broker:
         await self.server.stop()
         await self.group_coordinator.stop()
         await self.share_manager.close()
+        await self.share_coordinator_runtime.stop()
         await self.partitions.close()
         await self.store.close()
         log.info("shutdown complete")

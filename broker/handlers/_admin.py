@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterable
+from typing import Callable, Iterable
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 
 # Kafka's default messages (Errors.java), used where Kafka answers with ``error.message()``.
 DEFAULT_MESSAGES = {
@@ -28,6 +28,25 @@ def default_message(code: ErrorCode) -> str:
 
 def duplicates(names: Iterable) -> set:
     return {n for n, count in Counter(names).items() if count > 1}
+
+
+def alter_each(broker, req, alter_one: Callable, response_class) -> list:
+    """The resource loop both AlterConfigs flavours share: every resource gets its own result,
+    a resource named twice is INVALID_REQUEST, and one failing never affects the others."""
+    dup = duplicates((r.resource_type, r.resource_name) for r in req.resources)
+    responses = []
+    for r in req.resources:
+        code, message = ErrorCode.NONE, None
+        if (r.resource_type, r.resource_name) in dup:
+            code, message = ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."
+        else:
+            try:
+                alter_one(broker, r, req.validate_only)
+            except KafkaError as e:
+                code, message = e.code, e.message
+        responses.append(response_class(error_code=code, error_message=message,
+                                        resource_type=r.resource_type, resource_name=r.resource_name))
+    return responses
 
 
 def check_manual_assignment(replicas: list[int], node_id: int, expected_rf: int | None) -> str | None:

@@ -11,7 +11,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_configs_response import AlterConfigsResourceResponse, AlterConfigsResponse
 
 from ..config_resources import BROKER, CLIENT_METRICS, GROUP, TOPIC, check_alter_entries, provider_for
-from ._admin import duplicates
+from ._admin import alter_each
 
 API_KEY = 33
 MIN_VERSION, MAX_VERSION = 0, 2
@@ -28,17 +28,4 @@ def _alter_one(broker, resource, validate_only: bool) -> None:
 
 
 async def handle(ctx, req) -> AlterConfigsResponse:
-    dup = duplicates((r.resource_type, r.resource_name) for r in req.resources)
-    responses = []
-    for r in req.resources:
-        code, message = ErrorCode.NONE, None
-        if (r.resource_type, r.resource_name) in dup:
-            code, message = ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."
-        else:
-            try:
-                _alter_one(ctx.broker, r, req.validate_only)
-            except KafkaError as e:
-                code, message = e.code, e.message
-        responses.append(AlterConfigsResourceResponse(error_code=code, error_message=message,
-                                                      resource_type=r.resource_type, resource_name=r.resource_name))
-    return AlterConfigsResponse(responses=responses)
+    return AlterConfigsResponse(responses=alter_each(ctx.broker, req, _alter_one, AlterConfigsResourceResponse))

@@ -18,7 +18,7 @@ from ..config_resources import (
     BROKER, BROKER_LOGGER, CLIENT_METRICS, DELETE, GROUP, TOPIC, AlterOp, check_alter_entries, check_op_types,
     provider_for,
 )
-from ._admin import duplicates
+from ._admin import alter_each
 
 API_KEY = 44
 MIN_VERSION, MAX_VERSION = 0, 1
@@ -37,17 +37,4 @@ def _alter_one(broker, resource, validate_only: bool) -> None:
 
 
 async def handle(ctx, req) -> IncrementalAlterConfigsResponse:
-    dup = duplicates((r.resource_type, r.resource_name) for r in req.resources)
-    responses = []
-    for r in req.resources:
-        code, message = ErrorCode.NONE, None
-        if (r.resource_type, r.resource_name) in dup:
-            code, message = ErrorCode.INVALID_REQUEST, "Each resource must appear at most once."
-        else:
-            try:
-                _alter_one(ctx.broker, r, req.validate_only)
-            except KafkaError as e:
-                code, message = e.code, e.message
-        responses.append(AlterConfigsResourceResponse(error_code=code, error_message=message,
-                                                      resource_type=r.resource_type, resource_name=r.resource_name))
-    return IncrementalAlterConfigsResponse(responses=responses)
+    return IncrementalAlterConfigsResponse(responses=alter_each(ctx.broker, req, _alter_one, AlterConfigsResourceResponse))

@@ -41,6 +41,8 @@ def split_acks(broker, partitions, version: int, is_renew_ack: bool):
         if code:
             errors[tp] = code
             continue
+        if not batches:
+            continue  # Kafka answers NONE and does nothing, even with no share partition loaded
         parsed = [(b.first_offset, b.last_offset, b.acknowledge_types) for b in batches]
         if validate_ack_batches(parsed, version, is_renew_ack) is not None:
             errors[tp] = ErrorCode.INVALID_REQUEST
@@ -50,16 +52,29 @@ def split_acks(broker, partitions, version: int, is_renew_ack: bool):
 
 
 def tie_session_to_connection(ctx, session) -> None:
-    """Kafka drops a member's share session, releasing its records, when its connection closes."""
-    broker = ctx.broker
+    """Kafka drops a member's share session, releasing its records, when its connection closes.
 
-    def closed() -> None:
-        sessions = broker.share_sessions
-        if sessions.get(session.group_id, session.member_id) is session:
-            sessions.close(session.group_id, session.member_id)
+    One close hook per connection, over the sessions opened on it (a re-open replaces the entry).
+    """
+    conn = ctx.connection
+    opened = getattr(conn, "share_sessions", None)
+    if opened is None:
+        opened = conn.share_sessions = {}
+        conn.on_close(lambda: _connection_closed(ctx.broker, opened))
+    opened[session.key] = session
+
+
+def _connection_closed(broker, opened: dict) -> None:
+    for session in opened.values():
+        if broker.share_sessions.get(session.group_id, session.member_id) is session:
+            broker.share_sessions.close(session.group_id, session.member_id)
             broker.share_manager.release_soon(session.group_id, session.member_id, set(session.partitions))
 
-    ctx.connection.on_close(closed)
+
+def connection_gone(ctx) -> bool:
+    """Whether the request's connection has closed (its response can no longer be sent)."""
+    transport = getattr(ctx.connection, "transport", None)
+    return transport is not None and transport.is_closing()
 
 
 async def close_session(broker, session) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.share_acknowledge_response import (
-    LeaderIdAndEpoch,
     PartitionData,
     ShareAcknowledgeResponse,
     ShareAcknowledgeTopicResponse,
@@ -41,11 +40,10 @@ async def handle(ctx, req) -> ShareAcknowledgeResponse:
     if epoch == CLOSE:
         await close_session(broker, session)
 
-    leader = LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=0)
     by_topic: dict = {}
     for (topic_id, p) in dict.fromkeys((t, p) for t, p, _ in parts):
         by_topic.setdefault(topic_id, []).append(
-            PartitionData(partition_index=p, error_code=results.get((topic_id, p), ErrorCode.NONE), current_leader=leader)
+            PartitionData(partition_index=p, error_code=results.get((topic_id, p), ErrorCode.NONE))
         )
     return ShareAcknowledgeResponse(
         acquisition_lock_timeout_ms=manager.lock_duration_ms(group),

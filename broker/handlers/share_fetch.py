@@ -13,7 +13,6 @@ import asyncio
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.share_fetch_response import (
     AcquiredRecords,
-    LeaderIdAndEpoch,
     PartitionData,
     ShareFetchableTopicResponse,
     ShareFetchResponse,
@@ -21,7 +20,14 @@ from protocol.messages.share_fetch_response import (
 
 from ..share.manager import FetchParams
 from ..share.sessions import CLOSE, OPEN, rotated
-from ._share import check_identity, close_session, resolve, split_acks, tie_session_to_connection
+from ._share import (
+    check_identity,
+    close_session,
+    connection_gone,
+    resolve,
+    split_acks,
+    tie_session_to_connection,
+)
 
 API_KEY = 78
 MIN_VERSION, MAX_VERSION = 1, 2
@@ -97,12 +103,17 @@ async def handle(ctx, req) -> ShareFetchResponse:
                 acquire_mode=req.share_acquire_mode if v >= 2 else 0,
             )
             fetched = await manager.fetch(group, member, wanted, params)
+            if connection_gone(ctx):
+                # The client left while this fetch long-polled: nobody will read the answer,
+                # so give back what it acquired now instead of when the locks expire.
+                got = {tp for tp, f in fetched.items() if f.acquired}
+                if got:
+                    await manager.release(group, member, got)
 
     # Initial and final responses list every partition; incremental ones only those with
     # news: records, an error, an acknowledgement result, or newly added to the session.
     full = epoch in (OPEN, CLOSE)
     include = list(dict.fromkeys([*fetched, *errors, *ack_results, *added]))
-    leader = LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=0)
     by_topic: dict = {}
     for tp in include:
         f = fetched.get(tp)
@@ -115,7 +126,6 @@ async def handle(ctx, req) -> ShareFetchResponse:
             error_code=code,
             error_message=f.error_message if f is not None else None,
             acknowledge_error_code=ack_results.get(tp, ErrorCode.NONE),
-            current_leader=leader,
             records=f.records if has_records else None,
             acquired_records=[AcquiredRecords(first_offset=a, last_offset=b, delivery_count=c)
                               for a, b, c in f.acquired] if has_records else [],

@@ -222,7 +222,10 @@ class SharePartitionManager:
         budget_bytes = max(params.max_bytes // len(leaders), 1)
         for topic_id, p, topic, sp in leaders:
             lg = self.broker.store.get(topic, p)
-            if lg is None:
+            leader = self._leaders.get((group_id, topic_id, p))
+            if lg is None or leader is None or leader.sp is not sp:
+                # Deleted while this fetch waited (a topic recreated under the same name
+                # has a new log and a new id: the old share partition must not touch it).
                 reads.append((topic_id, p, sp, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             if lg.start_offset > sp.start_offset:
@@ -240,7 +243,8 @@ class SharePartitionManager:
             if rr is not None and rr.batches:
                 total += rr.size
             reads.append((topic_id, p, sp, (offset, rr) if rr is not None and rr.batches else None, ErrorCode.NONE))
-        if not final and (total == 0 or total < params.min_bytes):
+        failed = any(r[4] for r in reads)  # like a log read error, a vanished partition answers at once
+        if not final and not failed and (total == 0 or total < params.min_bytes):
             return None
         out: dict[tuple[UUID, int], PartitionFetch] = {}
         records_left = params.max_records

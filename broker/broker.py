@@ -56,11 +56,22 @@ class Broker:
         self.share_manager = SharePartitionManager(
             self, InProcessPersister(self.share_coordinator), settings=self.group_coordinator.group_settings
         )
-        self.group_coordinator.on_member_departed(self.share_manager.release_soon)
+        self.group_coordinator.on_member_departed(self._member_departed)
         self.topics.on_change(self._share_topic_changed)
         self.server = Server(self)
         self.host, self.port = config.advertised_address()
         config.on_change(lambda _names: self.topics.refresh_log_configs())
+
+    def _member_departed(self, group_id: str, member_id: str) -> None:
+        """A member left or was fenced: free its records unless its share session is still open.
+
+        librdkafka's close() sends the leave heartbeat and the final ShareAcknowledge (epoch -1,
+        carrying its last acceptances) at the same time; releasing on the leave would race those
+        acks. An open session releases its records itself when it closes (or its connection
+        drops), as in Kafka; locks expire in any case.
+        """
+        if self.share_sessions.get(group_id, member_id) is None:
+            self.share_manager.release_soon(group_id, member_id)
 
     def _share_topic_changed(self, name: str, topic: Topic | None) -> None:
         if topic is None:

@@ -56,7 +56,8 @@ class BrokerProcess:
                     self.port = int(m.group(2))
                     found.set()
 
-        threading.Thread(target=read_stdout, daemon=True).start()
+        self._reader = threading.Thread(target=read_stdout, daemon=True)
+        self._reader.start()
         if not found.wait(timeout_s):
             self.kill()
             raise RuntimeError(f"broker did not start within {timeout_s}s; log:\n{self.log()}")
@@ -88,6 +89,10 @@ class BrokerProcess:
         return self.start()
 
     def _close_log(self) -> None:
+        """After the process exited: its stdout reader sees EOF, then the pipe can be closed."""
+        if self.proc is not None and self.proc.stdout is not None and not self.proc.stdout.closed:
+            self._reader.join(5)
+            self.proc.stdout.close()
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

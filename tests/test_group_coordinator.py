@@ -76,7 +76,7 @@ def test_first_heartbeat_creates_group_and_assigns_everything():
     assert r.member_id == MEMBER_A and r.member_epoch == 1 and r.heartbeat_interval_ms == 5000
     assert r.assignment == [(ORDERS.topic_id, [0, 1, 2, 3, 4, 5])]
     assert r.records[1].value.epoch == 1 and r.records[1].value.metadata_hash != 0
-    assert r.records[3].value.assignment_epoch == 1 and r.records[3].value.assignment_timestamp == 1000
+    assert r.records[3].value.assignment_epoch == 1 and r.records[3].value.assignment_timestamp == 0  # 4.3 field
     cur = r.records[4].value
     assert (cur.member_epoch, cur.previous_member_epoch, cur.state) == (1, 0, 0)
     assert c.group_state("g") == "Stable"

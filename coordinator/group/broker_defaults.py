@@ -1,5 +1,6 @@
 """Broker properties of the group coordinators (``group.share.*``, ``group.consumer.*``,
-``group.streams.*``): names, types, defaults and ranges as in Kafka 4.2.
+``group.streams.*``, and the ``offsets.*`` ones the runtime reads): names, types, defaults
+and ranges as in Kafka 4.2.
 
 This table is the single source of truth: the broker's config module imports it, and
 the group-level configs (``configs.py``) take their defaults and bounds from it.
@@ -81,6 +82,12 @@ GROUP_BROKER_CONFIGS: tuple[BrokerConfigDef, ...] = (
     _int("group.streams.max.standby.replicas", 2, 0, doc="Highest allowed number of standby replicas."),
     _int("group.streams.initial.rebalance.delay.ms", 3000, 0,
          doc="Delay before the first rebalance of a new streams group."),
+    # __consumer_offsets, as the group coordinator writes and loads it (GroupCoordinatorConfig);
+    # its partition count and segment size are the broker's offsets.topic.* properties.
+    _int("offsets.topic.compression.codec", 0,
+         doc="Compression codec for the offsets topic - compression may be used to achieve \"atomic\" commits."),
+    _int("offsets.load.buffer.size", 5 * 1024 * 1024, 1,
+         doc="Batch size for reading from the offsets segments when loading group metadata into the cache."),
 )
 
 BROKER_CONFIG_DEFS: dict[str, BrokerConfigDef] = {d.name: d for d in GROUP_BROKER_CONFIGS}

@@ -50,8 +50,10 @@ class ShareGroup:
     subscribed_names: Counter = field(default_factory=Counter)
     # How many members' targets hold each partition: topic id -> partition -> count.
     target_holders: dict[uuid.UUID, Counter] = field(default_factory=dict)
-    # ShareGroupStatePartitionMetadata, kept verbatim for the durable-state work:
-    # topic id -> (topic name, partitions) / topic id -> topic name.
+    # ShareGroupStatePartitionMetadata as last written (``has_state_metadata``: whether one
+    # was, tombstones clear it): topic id -> (topic name, partitions) / topic id -> topic name.
+    # Only initialized share partitions have share-coordinator state and may be assigned.
+    has_state_metadata: bool = False
     initializing_topics: dict[uuid.UUID, tuple[str, frozenset[int]]] = field(default_factory=dict)
     initialized_topics: dict[uuid.UUID, tuple[str, frozenset[int]]] = field(default_factory=dict)
     deleting_topics: dict[uuid.UUID, str] = field(default_factory=dict)
@@ -104,6 +106,7 @@ class ShareGroup:
             "targets": {m: _assignment_view(a) for m, a in sorted(self.targets.items())},
             "subscribed_names": dict(sorted(self.subscribed_names.items())),
             "target_holders": {str(t): dict(sorted(c.items())) for t, c in sorted(self.target_holders.items())},
+            "has_state_metadata": self.has_state_metadata,
             "initializing_topics": {str(t): (n, sorted(p)) for t, (n, p) in sorted(self.initializing_topics.items())},
             "initialized_topics": {str(t): (n, sorted(p)) for t, (n, p) in sorted(self.initialized_topics.items())},
             "deleting_topics": {str(t): n for t, n in sorted(self.deleting_topics.items())},

@@ -1,8 +1,9 @@
-"""ShareGroup* coordinator records for ``__consumer_offsets``, built and (de)serialised.
+"""ShareGroup* coordinator records for ``__consumer_offsets``: builders and (de)serialisation.
 
 A record is ``(key, value)`` with generated classes from ``protocol.coordinator_records``;
-``value`` None is a tombstone. On disk Kafka prefixes the key with its int16 record type
-and the value with its int16 version (always 0 here), so Kafka tools read them alike.
+``value`` None is a tombstone. The bytes are ``protocol.coordinator_serde``'s (the one
+implementation of Kafka's layout: int16 record type before the key, int16 version before
+the value), so Kafka tools read them alike; this module only picks out the share-group types.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Iterable, Mapping, NamedTuple
 
+from protocol import coordinator_serde as serde
 from protocol.coordinator_records.share_group_current_member_assignment_key import (
     ShareGroupCurrentMemberAssignmentKey,
 )
@@ -28,7 +30,9 @@ from protocol.coordinator_records.share_group_state_partition_metadata_key impor
 )
 from protocol.coordinator_records.share_group_state_partition_metadata_value import (
     ShareGroupStatePartitionMetadataValue,
+    TopicPartitionsInfo,
 )
+from protocol.coordinator_records.share_group_state_partition_metadata_value import TopicInfo as StateTopicInfo
 from protocol.coordinator_records.share_group_target_assignment_member_key import (
     ShareGroupTargetAssignmentMemberKey,
 )
@@ -44,8 +48,8 @@ from protocol.coordinator_records.share_group_target_assignment_metadata_key imp
 from protocol.coordinator_records.share_group_target_assignment_metadata_value import (
     ShareGroupTargetAssignmentMetadataValue,
 )
+from protocol.primitives import DecodeError
 
-VALUE_VERSION = 0
 _INT16 = struct.Struct(">h")
 
 # record type -> (key class, value class); the type is the key's API_KEY
@@ -110,10 +114,12 @@ def target_member_tombstone(group_id: str, member_id: str) -> CoordinatorRecord:
     return CoordinatorRecord(ShareGroupTargetAssignmentMemberKey(group_id, member_id), None)
 
 
-def target_metadata(group_id: str, assignment_epoch: int, timestamp_ms: int) -> CoordinatorRecord:
+def target_metadata(group_id: str, assignment_epoch: int) -> CoordinatorRecord:
+    """Kafka 4.2 writes no AssignmentTimestamp (tagged field added in 4.3 by KIP-1263), so the
+    tag keeps its default and is not written."""
     return CoordinatorRecord(
         ShareGroupTargetAssignmentMetadataKey(group_id),
-        ShareGroupTargetAssignmentMetadataValue(assignment_epoch, timestamp_ms),
+        ShareGroupTargetAssignmentMetadataValue(assignment_epoch=assignment_epoch),
     )
 
 
@@ -136,39 +142,50 @@ def current_assignment_tombstone(group_id: str, member_id: str) -> CoordinatorRe
     return CoordinatorRecord(ShareGroupCurrentMemberAssignmentKey(group_id, member_id), None)
 
 
+def state_partition_metadata(
+    group_id: str,
+    initializing: Mapping[Any, tuple[str, Iterable[int]]],
+    initialized: Mapping[Any, tuple[str, Iterable[int]]],
+    deleting: Mapping[Any, str],
+) -> CoordinatorRecord:
+    """ShareGroupStatePartitionMetadata: topic id -> (name, partitions) for the initializing
+    and initialized share partitions, topic id -> name for the topics being deleted. Topics
+    are written in topic-id order and partitions ascending (Kafka's hash maps give no order
+    worth copying)."""
+    return CoordinatorRecord(
+        ShareGroupStatePartitionMetadataKey(group_id),
+        ShareGroupStatePartitionMetadataValue(
+            [TopicPartitionsInfo(t, name, sorted(ps)) for t, (name, ps) in sorted(initializing.items())],
+            [TopicPartitionsInfo(t, name, sorted(ps)) for t, (name, ps) in sorted(initialized.items())],
+            [StateTopicInfo(t, name) for t, name in sorted(deleting.items())],
+        ),
+    )
+
+
 def state_partition_metadata_tombstone(group_id: str) -> CoordinatorRecord:
     return CoordinatorRecord(ShareGroupStatePartitionMetadataKey(group_id), None)
 
 
+def is_share_group_key(key: bytes) -> bool:
+    """Whether a ``__consumer_offsets`` record key is one of the ShareGroup* types."""
+    return key is not None and len(key) >= 2 and _INT16.unpack_from(key, 0)[0] in SHARE_GROUP_RECORD_TYPES
+
+
 def encode(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
-    """Kafka's on-disk key and value bytes for a ShareGroup* record."""
-    key = _INT16.pack(record.key.API_KEY) + record.key.to_bytes(0)
-    if record.value is None:
-        return key, None
-    return key, _INT16.pack(VALUE_VERSION) + record.value.to_bytes(VALUE_VERSION)
+    """Kafka's on-disk key and value bytes (``protocol.coordinator_serde`` does the work)."""
+    return serde.encode_key(record.key), serde.encode_value(record.value)
 
 
-def decode(key: bytes, value: bytes | None) -> CoordinatorRecord | None:
-    """Parse a ``__consumer_offsets`` record; None when it is not a ShareGroup* record.
+def decode(key, value) -> CoordinatorRecord | None:
+    """Parse a ``__consumer_offsets`` record; None when it is not a ShareGroup* record
+    (offset commits, classic and consumer groups: not this coordinator's).
 
-    Raises ``protocol.primitives.DecodeError`` (a ValueError) for malformed bytes and
-    ValueError for a value version this broker does not know.
+    Raises ``protocol.primitives.DecodeError`` (a ValueError) for malformed bytes or a
+    value version this broker does not know.
     """
-    view = memoryview(key)
-    if len(view) < 2:
-        raise ValueError("coordinator record key shorter than its type prefix")
-    (record_type,) = _INT16.unpack_from(view, 0)
-    classes = SHARE_GROUP_RECORD_TYPES.get(record_type)
-    if classes is None:
+    if key is None or len(key) < 2:
+        raise DecodeError("coordinator record key shorter than its type prefix")
+    if not is_share_group_key(key):
         return None
-    if value is not None and len(value) < 2:
-        raise ValueError("coordinator record value shorter than its version prefix")
-    key_cls, value_cls = classes
-    parsed_key = key_cls.from_bytes(view[2:], 0)
-    if value is None:
-        return CoordinatorRecord(parsed_key, None)
-    vview = memoryview(value)
-    (version,) = _INT16.unpack_from(vview, 0)
-    if version != VALUE_VERSION:
-        raise ValueError(f"unknown {value_cls.__name__} version {version}")
-    return CoordinatorRecord(parsed_key, value_cls.from_bytes(vview[2:], version))
+    parsed_key, parsed_value = serde.decode(key, value, serde.CONSUMER_OFFSETS_TOPIC)
+    return CoordinatorRecord(parsed_key, parsed_value)

@@ -1,50 +1,80 @@
-"""The group-coordinator runtime: the one owner of the ShareGroupCoordinator in a broker.
+"""The group-coordinator runtime: the one owner of the share-group coordinators in a broker.
 
-The coordinator is a sans-IO state machine; this shell gives it its inputs and carries out
-what it asks for:
+Like Kafka's coordinator runtime there is one coordinator *shard* per ``__consumer_offsets``
+partition (a ``ShareGroupCoordinator`` holding the groups that hash there). Each shard is a
+sans-IO state machine; this shell gives it its inputs and carries out what it asks for:
 
-* time: ``now_ms`` for every operation, and one timer armed at the coordinator's earliest
-  session deadline (re-armed after every operation) that fences silent members;
-* topics: a ``TopicLookup`` snapshot of the broker's TopicRegistry, refreshed on every
-  registry change, which may bump group epochs (``on_metadata_change``);
-* group configs: overrides from the ``GroupConfigStore`` layered on the broker's
-  ``group.*`` properties (``group_settings``), also used by the share-partition leaders;
-* records: every record the coordinator returns goes through ``_persist`` in the order it
-  was produced, and a heartbeat is answered only after its records (and all earlier ones)
-  are persisted. ``_persist`` does nothing yet: the records only live in memory until the
-  durable-state work appends them to ``__consumer_offsets`` there;
+* records: every record a shard returns goes through ``_persist`` (one record batch appended
+  to the shard's partition, flushed as the topic's flush policy asks) in the order it was
+  produced, one write at a time per shard; a request is answered only after its records
+  (and all earlier ones of its shard) are persisted. If a write fails, the shard is rebuilt
+  from its log, as on a restart, and the writes queued behind the failed one are dropped
+  (they were computed on state that never reached the log): their requests answer
+  COORDINATOR_NOT_AVAILABLE;
+* loading: at start every non-empty partition is replayed in the background (``loader``);
+  until its shard is loaded, requests for its groups answer COORDINATOR_LOAD_IN_PROGRESS.
+  A loaded shard gives its members fresh session deadlines and catches up with topic
+  changes made while it was away (``on_loaded``);
+* share-partition state (with a persister): partitions are assigned only once the share
+  coordinator holds state for them. A heartbeat that finds subscribed partitions without
+  state writes them as initializing (Kafka's record sequence), calls InitializeShareGroupState
+  through the persister, writes them as initialized (or drops them on failure), and then
+  heartbeats once more on the member's behalf so the new partitions are in the same response
+  (Kafka leaves them to the member's next heartbeat). Topic changes and loading start the
+  same initialisation ahead of any heartbeat, and heartbeats wait for it;
+* time: ``now_ms`` for every operation, and one timer armed at the earliest session deadline
+  of all shards (re-armed after every operation) that fences silent members;
+* topics: a ``TopicLookup`` snapshot of the broker's TopicRegistry, handed to every loaded
+  shard on every registry change (which may bump group epochs, ``on_metadata_change``);
+* group configs: overrides from the ``GroupConfigStore`` layered on the broker's ``group.*``
+  properties (``group_settings``), also used by the share-partition leaders;
 * departures: members that leave or whose session expires are reported, after their
-  records are persisted, to the callbacks registered with ``on_member_departed`` (the
-  share-partition leaders release the records those members had acquired).
+  records are persisted, to the callbacks registered with ``on_member_departed``.
 
-Everything runs on the event loop's thread and the coordinator is only touched between
-awaits, so no operation sees another's half-done state.
+Everything runs on the event loop's thread and a shard is only touched between awaits, so no
+operation sees another's half-done state.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
-from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Mapping, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Mapping, Protocol, Union
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.share_group_heartbeat_response import ShareGroupHeartbeatResponse
 
-from .broker_defaults import BROKER_CONFIG_DEFS, validate_broker_config
+from .broker_defaults import BROKER_CONFIG_DEFS, broker_value, validate_broker_config
 from .config_store import GroupConfigStore
-from .configs import EffectiveGroupConfig
+from .configs import EffectiveGroupConfig, effective
+from .loader import DEFAULT_LOAD_BUFFER_BYTES, LoadSummary, load_partition
+from .model import STATE_DEAD
+from .offsets_topic import (
+    COMPRESSION_CODEC_CONFIG,
+    CONSUMER_OFFSETS,
+    LOAD_BUFFER_SIZE_CONFIG,
+    OffsetsTopic,
+    topic_configs,
+)
 from .records import CoordinatorRecord
-from .share_group import HeartbeatResult, ShareGroupCoordinator
+from .share_group import GroupDescription, HeartbeatResult, ShareGroupCoordinator, validate_request
+from .share_state import StateRequest
 from .topics import TopicInfo, TopicsImage
 
 if TYPE_CHECKING:
     from broker.broker import Broker
     from broker.topics import Topic, TopicRegistry
+    from persister.api import Persister
+
+    from .model import Assignment, ShareGroupMember
 
 log = logging.getLogger("kshare.group_coordinator")
 
 DepartureListener = Callable[[str, str], None]
+LOAD_IN_PROGRESS_MESSAGE = "The coordinator is loading and hence can't process requests."
+INITIALIZATION_WAIT_S = 5.0  # a heartbeat waits at most this long for its group's share-state initialisation
 
 
 class TimerHandle(Protocol):
@@ -74,7 +104,7 @@ class LoopClock:
 
 def group_broker_properties(static: Mapping[str, str], dynamic_default: Mapping[str, str] | None = None,
                             dynamic: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The broker's ``group.*`` properties as set (not defaults), dynamic layers winning."""
+    """The broker's group-coordinator properties as set (not defaults), dynamic layers winning."""
     layered = {**static, **(dynamic_default or {}), **(dynamic or {})}
     return {k: str(v) for k, v in layered.items() if k in BROKER_CONFIG_DEFS}
 
@@ -90,6 +120,35 @@ class RegistryTopics:
         return TopicsImage(TopicInfo(t.topic_id, t.name, t.partitions) for t in self._registry)
 
 
+class ShardState(enum.Enum):
+    LOADING = "loading"  # replaying its partition (or waiting for start): requests get 14
+    ACTIVE = "active"
+    FAILED = "failed"  # its partition could not be loaded: requests get 15
+
+
+class StaleWrite(Exception):
+    """A write computed on state that an earlier failed write invalidated; never persisted."""
+
+
+class _Shard:
+    """One ``__consumer_offsets`` partition's coordinator and its write queue."""
+
+    __slots__ = ("partition", "coordinator", "state", "tail", "generation", "loading", "backlog")
+
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.coordinator: ShareGroupCoordinator | None = None
+        self.state = ShardState.LOADING
+        self.tail: asyncio.Future | None = None  # resolves when the last queued write is done
+        self.generation = 0  # bumped by every rebuild: older queued writes are stale
+        self.loading: asyncio.Task | None = None
+        self.backlog: list[CoordinatorRecord] = []  # produced while no event loop ran
+
+
+PersisterSource = Union["Persister", Callable[[], "Persister"], None]
+OffsetsSource = Union[OffsetsTopic, Callable[[], OffsetsTopic], None]
+
+
 class GroupCoordinatorRuntime:
     def __init__(
         self,
@@ -97,46 +156,178 @@ class GroupCoordinatorRuntime:
         broker_config: Mapping[str, str],
         config_store: GroupConfigStore,
         clock: Clock | None = None,
+        *,
+        offsets: OffsetsSource = None,
+        persister: PersisterSource = None,
+        load_buffer_bytes: int = DEFAULT_LOAD_BUFFER_BYTES,
     ) -> None:
-        """``broker_config``: the broker's ``group.*`` properties (see ``group_broker_properties``)."""
+        """``broker_config``: the broker's group-coordinator properties (``group_broker_properties``).
+
+        ``offsets``: the ``__consumer_offsets`` partitions, or a factory called by ``start``
+        (a broker creates the topic then); None keeps the records in memory. Partitions that
+        already hold records are loaded by ``start``; empty ones are usable at once.
+        ``persister`` (or a factory for it): where share-partition state is initialised and
+        deleted; without one every partition is assignable at once and no
+        ShareGroupStatePartitionMetadata is written.
+        """
         self._clock: Clock = clock or LoopClock()
         self._topics = RegistryTopics(topics)
         self.config_store = config_store
         self.broker_config = dict(broker_config)
-        self.coordinator = ShareGroupCoordinator(
-            self._topics.snapshot(), broker_config=self.broker_config, group_config=config_store.get,
-        )
+        self._persister_source = persister
+        self._track = persister is not None
+        self._load_buffer_bytes = load_buffer_bytes
+        self._offsets_factory = offsets if callable(offsets) and not isinstance(offsets, OffsetsTopic) else None
+        self._offsets: OffsetsTopic | None = None
+        self._shards: list[_Shard] = []
+        self.coordinator = Coordinators(self)
         self._departure_listeners: list[DepartureListener] = []
         self._timer: TimerHandle | None = None
         self._timer_deadline: int | None = None
-        self._tail: asyncio.Future | None = None  # resolves when the last queued write is done
-        self._backlog: list[CoordinatorRecord] = []  # produced while no event loop ran
         self._tasks: set[asyncio.Task] = set()
+        self._initializing: dict[str, set[asyncio.Future]] = {}  # group id -> share-state initialisations under way
         self._stopped = False
         topics.on_change(self._topic_changed)
+        if self._offsets_factory is None:
+            self._open(offsets if isinstance(offsets, OffsetsTopic) else OffsetsTopic.in_memory())
 
     # ------------------------------------------------------------------ lifecycle
 
+    def _new_coordinator(self) -> ShareGroupCoordinator:
+        return ShareGroupCoordinator(self._topics.snapshot(), broker_config=self.broker_config,
+                                     group_config=self.config_store.get, track_share_state=self._track)
+
+    def _open(self, offsets: OffsetsTopic) -> None:
+        self._offsets = offsets
+        shards = []
+        for p in range(offsets.num_partitions):
+            shard = _Shard(p)
+            if offsets.is_empty(p):  # nothing to load
+                shard.coordinator = self._new_coordinator()
+                shard.state = ShardState.ACTIVE
+            shards.append(shard)
+        self._shards = shards
+
     async def start(self) -> None:
-        """Give loaded members their session deadlines and arm the expiry timer."""
+        """Open ``__consumer_offsets``, start loading its non-empty partitions in the
+        background, and bring the already usable shards up (session deadlines for loaded
+        members, share-state initialisation, the expiry timer)."""
         self._stopped = False
-        records = self._backlog + self.coordinator.on_loaded(self._clock.now_ms())
-        self._backlog = []
+        if self._offsets is None:
+            self._open(self._offsets_factory())
+        for shard in self._shards:
+            if shard.state is ShardState.ACTIVE:
+                self._activate(shard)
+            elif shard.state is ShardState.LOADING and shard.loading is None:
+                self._start_loading(shard)
         self._rearm()
-        await self._settled(self._queue(records))
 
     async def stop(self) -> None:
-        """Disarm the timer and wait for queued writes (their departures are still reported)."""
+        """Stop loading, disarm the timer and wait for queued writes and share-state work
+        (their departures are still reported)."""
         self._stopped = True
+        for shard in self._shards:
+            if shard.loading is not None:
+                shard.loading.cancel()
         if self._timer is not None:
             self._timer.cancel()
             self._timer, self._timer_deadline = None, None
         await self.flush()
 
     async def flush(self) -> None:
-        """Wait until every write queued so far is done and its departures reported."""
+        """Wait until every write and background task started so far is done."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def wait_loaded(self) -> None:
+        """Wait until every partition that was loading has loaded (or failed to)."""
+        while True:
+            loading = [s.loading for s in self._shards if s.loading is not None and not s.loading.done()]
+            if not loading:
+                return
+            await asyncio.gather(*loading, return_exceptions=True)
+
+    def shard_state(self, group_id: str) -> ShardState | None:
+        """The state of the shard that owns ``group_id`` (None before ``start`` opened them)."""
+        shard = self._shard(group_id)
+        return None if shard is None else shard.state
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self._shards)
+
+    def partition_for(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of a group (Kafka's ``partitionFor``)."""
+        if self._offsets is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return self._offsets.partition_for(group_id)
+
+    # ------------------------------------------------------------------ loading
+
+    def _start_loading(self, shard: _Shard) -> None:
+        shard.state = ShardState.LOADING
+        shard.coordinator = None
+        task = asyncio.get_running_loop().create_task(self._load(shard))
+        shard.loading = task
+        self._track_task(task)
+
+    async def _load(self, shard: _Shard) -> None:
+        generation = shard.generation
+        coordinator = self._new_coordinator()
+        started = time.monotonic()
+        try:
+            summary = await self._load_partition(shard.partition, coordinator)
+        except asyncio.CancelledError:
+            shard.loading = None
+            raise
+        except Exception:
+            log.exception("loading %s-%d failed; its share groups stay unavailable", CONSUMER_OFFSETS,
+                          shard.partition)
+            if shard.generation == generation:
+                shard.state, shard.loading = ShardState.FAILED, None
+            return
+        if shard.generation != generation or self._stopped:
+            return
+        shard.coordinator, shard.state, shard.loading = coordinator, ShardState.ACTIVE, None
+        log.info("loaded %s-%d: %d share group(s) from %d record(s) up to offset %d in %.0f ms", CONSUMER_OFFSETS,
+                 shard.partition, len(coordinator.group_ids()), summary.replayed, summary.end_offset,
+                 (time.monotonic() - started) * 1000)
+        self._activate(shard)
+
+    async def _load_partition(self, partition: int, coordinator: ShareGroupCoordinator) -> LoadSummary:
+        """Replay one partition into ``coordinator`` (a seam for tests that hold loading)."""
+        return await load_partition(self._offsets, partition, coordinator, chunk_bytes=self._load_buffer_bytes)
+
+    def _activate(self, shard: _Shard) -> None:
+        """A shard became usable: members get session deadlines, topic changes made while
+        it was away bump epochs, share state missing for subscribed partitions is set up."""
+        coordinator = shard.coordinator
+        records = shard.backlog + coordinator.on_loaded(self._clock.now_ms(), self._topics.snapshot())
+        shard.backlog = []
+        self._rearm()
+        if records:
+            self._queue(shard, records)
+        self._initialize_groups(shard, coordinator.group_ids())
+
+    # ------------------------------------------------------------------ routing
+
+    def _shard(self, group_id: str) -> _Shard | None:
+        if not self._shards:
+            return None
+        return self._shards[self._offsets.partition_for(group_id)]
+
+    def _active_shard(self, group_id: str) -> _Shard:
+        """The loaded shard of ``group_id``; raises KafkaError COORDINATOR_LOAD_IN_PROGRESS
+        while it loads, COORDINATOR_NOT_AVAILABLE before start or if it failed to load."""
+        shard = self._shard(group_id)
+        if shard is None or shard.state is ShardState.FAILED:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if shard.state is ShardState.LOADING:
+            raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, LOAD_IN_PROGRESS_MESSAGE)
+        return shard
+
+    def _active_shards(self) -> list[_Shard]:
+        return [s for s in self._shards if s.state is ShardState.ACTIVE]
 
     # ------------------------------------------------------------------ API
 
@@ -151,25 +342,92 @@ class GroupCoordinatorRuntime:
         client_host: str,
     ) -> ShareGroupHeartbeatResponse:
         """One ShareGroupHeartbeat (join with epoch 0, leave with -1), answered once its
-        records are persisted."""
-        result = self.coordinator.heartbeat(group_id, member_id, member_epoch, rack_id, subscribed_topic_names,
+        records are persisted (and, if it set up share state, once that is done too)."""
+        if subscribed_topic_names is not None:
+            subscribed_topic_names = list(subscribed_topic_names)
+        problem = validate_request(group_id, member_id, member_epoch, rack_id, subscribed_topic_names)
+        if problem is not None:
+            return HeartbeatResult.failed(ErrorCode.INVALID_REQUEST, problem).to_response()
+        try:
+            self._active_shard(group_id)
+            await self._initialized(group_id)
+            shard = self._active_shard(group_id)
+        except KafkaError as e:
+            return HeartbeatResult.failed(e.code, e.message).to_response()
+        result = shard.coordinator.heartbeat(group_id, member_id, member_epoch, rack_id, subscribed_topic_names,
                                              client_id, client_host, self._clock.now_ms())
         self._rearm()
+        pending = self._begin_initialization(result.initialize)
         try:
-            await self._settled(self._queue(result.records, result.departed))
+            await self._settled(self._queue(shard, result.records, result.departed))
         except Exception:
-            log.exception("persisting the heartbeat of member %s of share group %s failed", member_id, group_id)
+            if pending is not None:
+                pending.set_result(False)
             return HeartbeatResult.failed(ErrorCode.COORDINATOR_NOT_AVAILABLE, None).to_response()
+        if pending is not None:
+            initialized = await asyncio.shield(self._initialize_soon(result.initialize, pending))
+            if initialized and result.error_code == 0:
+                result = await self._heartbeat_again(result, group_id, member_id, client_id, client_host)
         return result.to_response()
 
+    async def _heartbeat_again(self, first: HeartbeatResult, group_id: str, member_id: str, client_id: str,
+                               client_host: str) -> HeartbeatResult:
+        """After the heartbeat's share partitions were initialised: the heartbeat the member
+        would send next (its new epoch, nothing changed), so the response already carries
+        the partitions. Its records are what Kafka writes for that next heartbeat."""
+        try:
+            shard = self._active_shard(group_id)
+        except KafkaError:
+            return first
+        again = shard.coordinator.heartbeat(group_id, member_id, first.member_epoch, None, None, client_id,
+                                            client_host, self._clock.now_ms())
+        self._rearm()
+        if again.error_code:
+            return first
+        pending = self._begin_initialization(again.initialize)
+        try:
+            await self._settled(self._queue(shard, again.records, again.departed))
+        except Exception:
+            if pending is not None:
+                pending.set_result(False)
+            return first  # that state was rebuilt from the log, where the first one is
+        if pending is not None:
+            self._initialize_soon(again.initialize, pending)
+        if again.assignment is None:
+            again.assignment = first.assignment
+        again.initialize = None
+        return again
+
     async def delete_group(self, group_id: str) -> None:
-        """DeleteGroups for a share group; raises KafkaError GROUP_ID_NOT_FOUND / NON_EMPTY_GROUP."""
-        await self._settled(self._queue(self.coordinator.delete_group(group_id)))
+        """DeleteGroups for a share group; raises KafkaError GROUP_ID_NOT_FOUND /
+        NON_EMPTY_GROUP (or a coordinator or persister error). With a persister its share
+        partitions' state is deleted first (DeleteShareGroupState), as Kafka does."""
+        self._active_shard(group_id)
+        await self._initialized(group_id)  # no share state may appear behind the delete
+        shard = self._active_shard(group_id)
+        if self._track:
+            plan = shard.coordinator.prepare_group_deletion(group_id)
+            await self._settled(self._queue(shard, plan.records))
+            if plan.request is not None:
+                await self._delete_state(plan.request)
+            shard = self._active_shard(group_id)
+        await self._settled(self._queue(shard, shard.coordinator.delete_group(group_id)))
+
+    async def _delete_state(self, request: StateRequest) -> None:
+        results = await self._persister().delete_state(request.group_id, request.pairs())
+        for (topic_id, partition), (code, message) in sorted(results.items()):
+            if code:
+                log.error("deleting the share state of %s-%d for group %s failed: %s %s", topic_id, partition,
+                          request.group_id, ErrorCode(code).name, message)
+                raise KafkaError(code, message)
 
     def group_settings(self, group_id: str) -> EffectiveGroupConfig:
         """The configs a group runs with: its overrides on the broker's ``group.*`` values.
         Changes apply from the next call (a heartbeat, a lock acquired afterwards)."""
-        return self.coordinator.settings(group_id)
+        shard = self._shard(group_id)
+        if shard is not None and shard.coordinator is not None:
+            return shard.coordinator.settings(group_id)
+        return effective(dict(self.config_store.get(group_id)), self.broker_config)
 
     def group_configs(self, group_id: str) -> Mapping[str, str]:
         return self.config_store.get(group_id)
@@ -185,49 +443,175 @@ class GroupCoordinatorRuntime:
         must not block (schedule a task for async work)."""
         self._departure_listeners.append(callback)
 
+    # ------------------------------------------------------------------ share-partition state
+
+    def _persister(self) -> Persister:
+        source = self._persister_source
+        return source() if callable(source) and not hasattr(source, "initialize_state") else source
+
+    def _begin_initialization(self, request: StateRequest | None) -> asyncio.Future | None:
+        """Register an initialisation of ``request``'s group now, before any await, so that
+        heartbeats of the group arriving meanwhile wait for it (``_initialized``)."""
+        if request is None:
+            return None
+        future = asyncio.get_running_loop().create_future()
+        pending = self._initializing.setdefault(request.group_id, set())
+        pending.add(future)
+
+        def done(f: asyncio.Future, group_id: str = request.group_id) -> None:
+            waiting = self._initializing.get(group_id)
+            if waiting is not None:
+                waiting.discard(f)
+                if not waiting:
+                    del self._initializing[group_id]
+
+        future.add_done_callback(done)
+        return future
+
+    async def _initialized(self, group_id: str) -> None:
+        """Wait (a bounded time) for share-state initialisations of the group under way."""
+        pending = self._initializing.get(group_id)
+        if pending:
+            await asyncio.wait(list(pending), timeout=INITIALIZATION_WAIT_S)
+
+    def _initialize_soon(self, request: StateRequest, pending: asyncio.Future) -> asyncio.Task:
+        """``_initialize`` as a task of its own: a request that goes away (its connection
+        closed) must not leave partitions initializing half-way."""
+        task = asyncio.get_running_loop().create_task(self._initialize(request, pending))
+        self._track_task(task)
+        return task
+
+    async def _initialize(self, request: StateRequest, pending: asyncio.Future) -> bool:
+        """InitializeShareGroupState for every partition of ``request`` (state epoch = the
+        group epoch, start offset -1), then record the outcome: all initialized, or (if any
+        failed, as Kafka treats the whole request) none initializing. True on success."""
+        ok = False
+        try:
+            persister = self._persister()
+            outcomes = await asyncio.gather(
+                *(persister.initialize_state(request.group_id, topic_id, partition, state_epoch=request.state_epoch,
+                                             start_offset=-1)
+                  for topic_id, partition in request.pairs()),
+                return_exceptions=True,
+            )
+            failures = [(pair, o) for pair, o in zip(request.pairs(), outcomes)
+                        if isinstance(o, BaseException) or o[0] != ErrorCode.NONE]
+            for (topic_id, partition), outcome in failures[:3]:
+                log.warning("initializing the share state of %s-%d for group %s failed: %s", topic_id, partition,
+                            request.group_id, outcome if isinstance(outcome, BaseException)
+                            else f"{ErrorCode(outcome[0]).name} {outcome[1] or ''}")
+            try:
+                shard = self._active_shard(request.group_id)
+            except KafkaError:
+                return False  # being rebuilt: the partitions stay initializing and are retried
+            coordinator = shard.coordinator
+            if failures:
+                records = coordinator.uninitialize_share_state(request.group_id, request.partitions)
+            else:
+                records = coordinator.initialize_share_state(request.group_id, request.partitions)
+            try:
+                await self._settled(self._queue(shard, records))
+            except Exception:
+                return False
+            ok = not failures
+            return ok
+        finally:
+            if not pending.done():
+                pending.set_result(ok)
+
+    def _initialize_groups(self, shard: _Shard, group_ids: Iterable[str]) -> None:
+        """Start share-state initialisation for groups whose subscribed partitions lack it
+        (after loading, after topic changes), without waiting for their heartbeats."""
+        if not self._track or self._stopped:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # done when the shard is activated
+        now = self._clock.now_ms()
+        for group_id in group_ids:
+            plan = shard.coordinator.maybe_initialize(group_id, now)
+            if plan.request is None:
+                continue
+            pending = self._begin_initialization(plan.request)
+            write = self._queue(shard, plan.records)
+            self._track_task(loop.create_task(self._initialize_after(write, plan.request, pending)))
+
+    async def _initialize_after(self, write: Awaitable[None], request: StateRequest, pending: asyncio.Future) -> None:
+        try:
+            await self._settled(write)
+        except Exception:
+            pending.set_result(False)
+            return
+        await self._initialize(request, pending)
+
     # ------------------------------------------------------------------ records
 
     async def _persist(self, records: list[CoordinatorRecord]) -> None:
-        """The one place records leave the coordinator: ``__consumer_offsets`` later.
-        Called in production order, one call at a time."""
+        """The one place records leave a shard: one batch appended to the partition of the
+        groups they belong to (all of one shard), flushed per the topic's flush policy.
+        Called in production order, one call at a time per shard."""
+        partition = self._offsets.partition_for(records[0].key.group_id)
+        await self._offsets.append(partition, records)
 
-    def _queue(self, records: list[CoordinatorRecord], departed: Iterable[tuple[str, str]] = ()) -> Awaitable[None]:
-        """Take the next place in the write order now, synchronously, and return what
-        completes that write: ``records`` persisted after every earlier write, then
-        ``departed`` reported. The write runs as its own task, so a caller that stops
+    def _queue(self, shard: _Shard, records: list[CoordinatorRecord],
+               departed: Iterable[tuple[str, str]] = ()) -> Awaitable[None]:
+        """Take the next place in the shard's write order now, synchronously, and return what
+        completes that write: ``records`` persisted after every earlier write of the shard,
+        then ``departed`` reported. The write runs as its own task, so a caller that stops
         waiting (a closed connection) cannot leave a hole in the order. Awaiting it raises
-        what ``_persist`` raised; later writes go on regardless."""
+        what ``_persist`` raised (after the shard was rebuilt from its log), or StaleWrite
+        if an earlier write failed."""
         departed = list(departed)
-        previous = self._tail
+        previous = shard.tail
         if not records and (previous is None or previous.done()):
             self._notify(departed)
             return _DONE
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # e.g. a topic changed before the broker's loop runs
-            self._backlog.extend(records)
+            shard.backlog.extend(records)
             self._notify(departed)
             return _DONE
         done = loop.create_future()
-        self._tail = done
+        shard.tail = done
+        generation = shard.generation
 
         async def write() -> None:
+            persisted = False
             try:
                 if previous is not None:
                     await previous
+                if shard.generation != generation:
+                    raise StaleWrite(f"{CONSUMER_OFFSETS}-{shard.partition} was rebuilt after a failed write")
                 if records:
-                    await self._persist(records)
-            except Exception:
-                log.exception("persisting %d share-group record(s) failed", len(records))
-                raise
+                    try:
+                        await self._persist(records)
+                    except Exception:
+                        log.exception("persisting %d share-group record(s) to %s-%d failed; rebuilding its groups "
+                                      "from the log", len(records), CONSUMER_OFFSETS, shard.partition)
+                        await self._rebuild(shard)
+                        raise
+                persisted = True
             finally:
                 done.set_result(None)
-                self._notify(departed)
+                if persisted:
+                    self._notify(departed)
 
         task = loop.create_task(write())
-        self._tasks.add(task)
-        task.add_done_callback(self._write_done)
+        self._track_task(task)
         return task
+
+    async def _rebuild(self, shard: _Shard) -> None:
+        """Throw the shard's state away and replay its log (what a restart would do)."""
+        shard.generation += 1
+        if shard.loading is not None:
+            shard.loading.cancel()
+        shard.state, shard.coordinator = ShardState.LOADING, None
+        if self._stopped:
+            return
+        self._start_loading(shard)
+        await asyncio.shield(shard.loading)
 
     @staticmethod
     async def _settled(write: Awaitable[None]) -> None:
@@ -235,10 +619,14 @@ class GroupCoordinatorRuntime:
         if write is not _DONE:
             await asyncio.shield(write)
 
-    def _write_done(self, task: asyncio.Task) -> None:
+    def _track_task(self, task: asyncio.Task) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
         if not task.cancelled():
-            task.exception()  # logged in write(); retrieved so asyncio does not warn again
+            task.exception()  # logged where it happened; retrieved so asyncio does not warn again
 
     def _notify(self, departed: list[tuple[str, str]]) -> None:
         for group_id, member_id in departed:
@@ -250,13 +638,17 @@ class GroupCoordinatorRuntime:
 
     # ------------------------------------------------------------------ session timer
 
+    def _next_deadline(self) -> int | None:
+        deadlines = [d for s in self._active_shards() if (d := s.coordinator.next_deadline()) is not None]
+        return min(deadlines) if deadlines else None
+
     def _rearm(self) -> None:
         """Keep a timer at or before the earliest session deadline. A later deadline
         leaves the armed timer alone (it fires early, finds nothing, re-arms), so steady
         heartbeats do not cancel and re-create timers."""
         if self._stopped:
             return
-        deadline = self.coordinator.next_deadline()
+        deadline = self._next_deadline()
         if deadline is None:
             return
         if self._timer is not None and self._timer_deadline is not None and self._timer_deadline <= deadline:
@@ -270,19 +662,78 @@ class GroupCoordinatorRuntime:
         self._timer, self._timer_deadline = None, None
         if self._stopped:
             return
-        result = self.coordinator.expire_sessions(self._clock.now_ms())
+        now = self._clock.now_ms()
+        for shard in self._active_shards():
+            result = shard.coordinator.expire_sessions(now)
+            if result.records:
+                for group_id, member_id in result.departed:
+                    log.info("session of member %s of share group %s expired", member_id, group_id)
+                self._queue(shard, result.records, result.departed)
         self._rearm()
-        if result.records:
-            for group_id, member_id in result.departed:
-                log.info("session of member %s of share group %s expired", member_id, group_id)
-            self._queue(result.records, result.departed)
 
     # ------------------------------------------------------------------ topics
 
     def _topic_changed(self, name: str, topic: Topic | None) -> None:
-        records = self.coordinator.on_metadata_change(self._topics.snapshot())
-        if records:
-            self._queue(records)
+        if self._stopped:
+            return
+        snapshot = self._topics.snapshot()
+        for shard in self._active_shards():
+            records = shard.coordinator.on_metadata_change(snapshot)
+            if records:
+                self._queue(shard, records)
+            self._initialize_groups(shard, shard.coordinator.group_ids())
+
+
+class Coordinators:
+    """Read access to the shards' groups by group id (``runtime.coordinator``): groups of a
+    shard that is not loaded look absent."""
+
+    def __init__(self, runtime: GroupCoordinatorRuntime) -> None:
+        self._runtime = runtime
+
+    def for_group(self, group_id: str) -> ShareGroupCoordinator | None:
+        shard = self._runtime._shard(group_id)
+        return shard.coordinator if shard is not None and shard.state is ShardState.ACTIVE else None
+
+    def has_group(self, group_id: str) -> bool:
+        c = self.for_group(group_id)
+        return c is not None and c.has_group(group_id)
+
+    def member(self, group_id: str, member_id: str) -> ShareGroupMember | None:
+        c = self.for_group(group_id)
+        return None if c is None else c.member(group_id, member_id)
+
+    def target_assignment(self, group_id: str, member_id: str) -> Assignment | None:
+        c = self.for_group(group_id)
+        return None if c is None else c.target_assignment(group_id, member_id)
+
+    def session_deadline(self, group_id: str, member_id: str) -> int | None:
+        c = self.for_group(group_id)
+        return None if c is None else c.session_deadline(group_id, member_id)
+
+    def describe_group(self, group_id: str) -> GroupDescription | None:
+        c = self.for_group(group_id)
+        return None if c is None else c.describe_group(group_id)
+
+    def group_state(self, group_id: str) -> str:
+        c = self.for_group(group_id)
+        return STATE_DEAD if c is None else c.group_state(group_id)
+
+    def group_ids(self) -> list[str]:
+        return sorted(g for s in self._runtime._active_shards() for g in s.coordinator.group_ids())
+
+    def list_groups(self, states: Iterable[str] | None = None) -> list[tuple[str, str]]:
+        states = None if states is None else list(states)
+        return sorted(g for s in self._runtime._active_shards() for g in s.coordinator.list_groups(states))
+
+    def next_deadline(self) -> int | None:
+        return self._runtime._next_deadline()
+
+    def snapshot(self) -> dict:
+        out = {}
+        for shard in self._runtime._active_shards():
+            out.update(shard.coordinator.snapshot())
+        return dict(sorted(out.items()))
 
 
 class _Done:
@@ -297,8 +748,10 @@ _DONE = _Done()
 
 def install(broker: Broker) -> GroupCoordinatorRuntime:
     """Build the runtime for ``broker`` and register it: ``broker.group_coordinator``, the
-    topic-change listener and the GROUP config resource. Checks the broker's ``group.*``
-    properties the way Kafka does at start-up (raises ConfigError)."""
+    topic-change listener and the GROUP config resource. Checks the broker's group-coordinator
+    properties the way Kafka does at start-up (raises ConfigError). ``__consumer_offsets``
+    is created (if missing) and loaded by ``start``; share state goes through the broker's
+    persister (``broker.share_manager.persister``)."""
     from broker import group_configs_provider  # noqa: F401  (registers the GROUP provider)
     from broker.config import ConfigError
 
@@ -306,8 +759,22 @@ def install(broker: Broker) -> GroupCoordinatorRuntime:
     props = group_broker_properties(cfg.static, cfg.dynamic_default, cfg.dynamic)
     try:
         validate_broker_config(props)
+        codec = broker_value(COMPRESSION_CODEC_CONFIG, props)
+        OffsetsTopic(1, lambda p: None, compression=codec)  # Kafka refuses an unknown codec id at start-up
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    runtime = GroupCoordinatorRuntime(broker.topics, props, GroupConfigStore(broker.data_dir))
+
+    def open_offsets() -> OffsetsTopic:
+        topic = broker.internal_topic(CONSUMER_OFFSETS, cfg["offsets.topic.num.partitions"],
+                                      topic_configs(cfg["offsets.topic.segment.bytes"]))
+        return OffsetsTopic(topic.partitions, lambda p: broker.store.get(CONSUMER_OFFSETS, p),
+                            append=lambda lg, data, headers: broker.partitions.append(lg, data, headers),
+                            compression=codec)
+
+    runtime = GroupCoordinatorRuntime(
+        broker.topics, props, GroupConfigStore(broker.data_dir),
+        offsets=open_offsets, persister=lambda: broker.share_manager.persister,
+        load_buffer_bytes=broker_value(LOAD_BUFFER_SIZE_CONFIG, props),
+    )
     broker.group_coordinator = runtime
     return runtime

@@ -13,6 +13,12 @@ Session deadlines are not records: they live in ``SessionTimers`` and are driven
 ``now_ms`` the caller passes in (an injected clock). After loading from the log, call
 ``on_loaded(now_ms)`` so every member gets a deadline.
 
+With ``track_share_state`` the coordinator also keeps Kafka's ShareGroupStatePartitionMetadata
+(see ``share_state``): only initialized share partitions are assigned, a heartbeat that finds
+subscribed partitions without share-coordinator state marks them initializing (its last record)
+and returns a ``StateRequest`` for the caller to send to the persister, and the caller reports
+the outcome with ``initialize_share_state`` / ``uninitialize_share_state``.
+
 Share groups differ from consumer groups in ways that matter here: no revocation
 barrier (a member jumps to its target in one heartbeat), no rebalance timeout, no
 static members, member ids chosen by the client.
@@ -44,6 +50,7 @@ from protocol.messages.share_group_heartbeat_response import Assignment as WireA
 from protocol.messages.share_group_heartbeat_response import ShareGroupHeartbeatResponse, TopicPartitions
 
 from . import records as rec
+from . import share_state
 from .assignor import MemberSpec, assign
 from .broker_defaults import broker_value
 from .configs import EffectiveGroupConfig, effective
@@ -57,6 +64,7 @@ from .model import (
 )
 from .records import MEMBER_STATE_STABLE, CoordinatorRecord
 from .session_timers import SessionTimers
+from .share_state import StateRequest
 from .topics import EMPTY_TOPICS, TopicInfo, TopicLookup, metadata_hash
 
 ASSIGNOR_NAME = "simple"
@@ -75,7 +83,9 @@ class HeartbeatResult:
     ``assignment`` None means the response's Assignment is null; otherwise it is the
     member's full assignment as sorted ``(topic id, partitions)`` pairs (maybe empty).
     ``departed`` lists ``(group id, member id)`` of members that left: their acquired
-    records must be released by the share-partition leaders.
+    records must be released by the share-partition leaders. ``initialize`` (with
+    ``track_share_state``) names the share partitions to initialise once ``records`` are
+    persisted.
     """
 
     records: list[CoordinatorRecord] = field(default_factory=list)
@@ -86,6 +96,7 @@ class HeartbeatResult:
     heartbeat_interval_ms: int = 0
     assignment: list[tuple[uuid.UUID, list[int]]] | None = None
     departed: list[tuple[str, str]] = field(default_factory=list)
+    initialize: StateRequest | None = None
 
     @classmethod
     def failed(cls, code: int, message: str | None) -> "HeartbeatResult":
@@ -105,6 +116,14 @@ class HeartbeatResult:
             heartbeat_interval_ms=self.heartbeat_interval_ms,
             assignment=wire_assignment,
         )
+
+
+@dataclass
+class StatePlan:
+    """Records (already applied) and the persister request that goes with them, if any."""
+
+    records: list[CoordinatorRecord] = field(default_factory=list)
+    request: StateRequest | None = None
 
 
 @dataclass
@@ -177,8 +196,9 @@ class ShareGroupCoordinator:
     ``broker_config``: broker properties (``group.share.max.size``, ``group.share.*``
     defaults). ``group_config(group_id)``: the group's own config props (empty if none).
     ``assignable_partitions(group_id, topic)``: partitions that may be assigned now —
-    all of them by default, since kshare initialises share partitions synchronously;
-    the durable-state code can narrow it and then call ``assignable_changed``.
+    all of them by default, the group's initialized ones with ``track_share_state``
+    (call ``assignable_changed`` when a custom hook starts answering differently).
+    ``track_share_state``: keep ShareGroupStatePartitionMetadata as Kafka does (module doc).
     ``foreign_group_type(group_id)``: the type of a non-share group with that id
     (classic/consumer/streams) or None; such ids answer GROUP_ID_NOT_FOUND.
     """
@@ -191,13 +211,21 @@ class ShareGroupCoordinator:
         group_config: Callable[[str], Mapping[str, str]] | None = None,
         assignable_partitions: AssignableHook | None = None,
         foreign_group_type: Callable[[str], str | None] | None = None,
+        track_share_state: bool = False,
     ) -> None:
         self._topics: TopicLookup = topics if topics is not None else EMPTY_TOPICS
         self._broker_config = dict(broker_config or {})
         self._group_config = group_config or (lambda group_id: {})
-        self._assignable = assignable_partitions or _all_partitions
+        self._track = track_share_state
+        if assignable_partitions is None:
+            assignable_partitions = self._initialized_partitions if track_share_state else _all_partitions
+        self._assignable = assignable_partitions
         self._foreign_group_type = foreign_group_type or (lambda group_id: None)
         self._max_size = broker_value("group.share.max.size", self._broker_config)
+        self._init_retry_ms = broker_value("group.share.initialize.retry.interval.ms", self._broker_config)
+        # (group id, topic id) -> when this coordinator marked the topic initializing. Not a
+        # record: a topic replayed as initializing has no entry, so it is retried at once.
+        self._init_since: dict[tuple[str, uuid.UUID], int] = {}
         self._groups: dict[str, ShareGroup] = {}
         self._timers = SessionTimers()
         self._settings_cache: dict[str, tuple[dict, EffectiveGroupConfig]] = {}
@@ -321,7 +349,7 @@ class ShareGroupCoordinator:
             for mid in sorted(new_targets):
                 if mid not in group.targets or new_targets[mid] != group.targets[mid]:
                     records.append(rec.target_member(group_id, mid, new_targets[mid]))
-            records.append(rec.target_metadata(group_id, group_epoch, now_ms))
+            records.append(rec.target_metadata(group_id, group_epoch))
             target_epoch = group_epoch
             target = new_targets[member_id]
 
@@ -338,6 +366,8 @@ class ShareGroupCoordinator:
                                                   reconciled.state))
 
         self.replay_all(records)
+        plan = self._plan_initialization(group_id, now_ms) if self._track else StatePlan()
+        records += plan.records  # Kafka writes them last in the heartbeat's batch
         self._timers.arm(group_id, member_id, now_ms + settings.share_session_timeout_ms)
 
         send_assignment = (member_epoch == 0 or subscribed_topic_names is not None
@@ -348,6 +378,7 @@ class ShareGroupCoordinator:
             member_epoch=reconciled.member_epoch,
             heartbeat_interval_ms=settings.share_heartbeat_interval_ms,
             assignment=_wire_assignment(reconciled.assigned) if send_assignment else None,
+            initialize=plan.request,
         )
 
     def _leave(self, group_id: str, member_id: str) -> HeartbeatResult:
@@ -427,6 +458,71 @@ class ShareGroupCoordinator:
         self._settled[group.group_id] = stamp
         return False
 
+    def _initialized_partitions(self, group_id: str, topic: TopicInfo) -> AbstractSet[int]:
+        return share_state.initialized_partitions(self._groups.get(group_id), topic.topic_id, topic.num_partitions)
+
+    # ------------------------------------------------------------------ share-partition state
+
+    def _fresh(self, group_id: str, topic_id: uuid.UUID, now_ms: int) -> bool:
+        since = self._init_since.get((group_id, topic_id))
+        return since is not None and now_ms - since < self._init_retry_ms
+
+    def _plan_initialization(self, group_id: str, now_ms: int) -> StatePlan:
+        """Kafka's ``maybeCreateInitializeShareGroupStateRequest``: subscribed partitions with
+        no share state (and not initializing since recently) become initializing."""
+        group = self._groups.get(group_id)
+        if group is None or not group.subscribed_names:
+            return StatePlan()
+        change = share_state.to_initialize(group, group.subscribed_names, self._topics,
+                                           lambda topic_id: self._fresh(group_id, topic_id, now_ms))
+        if not change:
+            return StatePlan()
+        record = share_state.initializing_record(group, change, self._topics)
+        self.replay(record)
+        for topic_id in change:
+            self._init_since[(group_id, topic_id)] = now_ms
+        return StatePlan([record], share_state.request_of(group_id, change, group.group_epoch))
+
+    def maybe_initialize(self, group_id: str, now_ms: int) -> StatePlan:
+        """What a heartbeat of this group would initialise, without a heartbeat: used after
+        loading and after topic changes so partitions are ready before members ask."""
+        if not self._track:
+            return StatePlan()
+        return self._plan_initialization(group_id, now_ms)
+
+    def initialize_share_state(self, group_id: str, partitions: Mapping[uuid.UUID, Iterable[int]]
+                               ) -> list[CoordinatorRecord]:
+        """The persister initialised ``partitions``: they become initialized (assignable)."""
+        group = self._groups.get(group_id)
+        record = None if group is None else share_state.initialized_record(group, partitions, self._topics)
+        return self._apply(record)
+
+    def uninitialize_share_state(self, group_id: str, partitions: Mapping[uuid.UUID, Iterable[int]]
+                                 ) -> list[CoordinatorRecord]:
+        """Initialising ``partitions`` failed: they stop being initializing (retried later)."""
+        group = self._groups.get(group_id)
+        record = None if group is None else share_state.uninitialized_record(group, partitions, self._topics)
+        for topic_id in partitions:
+            self._init_since.pop((group_id, topic_id), None)
+        return self._apply(record)
+
+    def prepare_group_deletion(self, group_id: str) -> StatePlan:
+        """First step of DeleteGroups for a share group (Kafka's ``sharePartitionDeleteRequests``):
+        raises KafkaError GROUP_ID_NOT_FOUND / NON_EMPTY_GROUP like ``delete_group``; moves
+        every share partition with state to deleting and returns the DeleteShareGroupState
+        request. ``delete_group`` writes the tombstones once the state is gone."""
+        group = self._share_group_or_raise(group_id, create=False)
+        if group.members:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"Share group {group_id} is not empty.")
+        record, request = share_state.deleting_plan(group, self._topics)
+        return StatePlan(self._apply(record), request)
+
+    def _apply(self, record: CoordinatorRecord | None) -> list[CoordinatorRecord]:
+        if record is None:
+            return []
+        self.replay(record)
+        return [record]
+
     def assignable_changed(self) -> None:
         """Tell the coordinator that ``assignable_partitions`` answers differently now;
         the next heartbeat of each affected group bumps its epoch and reassigns."""
@@ -452,9 +548,10 @@ class ShareGroupCoordinator:
     def session_deadline(self, group_id: str, member_id: str) -> int | None:
         return self._timers.deadline(group_id, member_id)
 
-    def on_loaded(self, now_ms: int) -> list[CoordinatorRecord]:
+    def on_loaded(self, now_ms: int, topics: TopicLookup | None = None) -> list[CoordinatorRecord]:
         """After replaying the log: give every member a fresh session deadline, and bump
-        the epoch of groups whose topics changed while the coordinator was away."""
+        the epoch of groups whose topics changed while the coordinator was away (against
+        ``topics`` when given, the current view otherwise)."""
         for group_id, group in self._groups.items():
             timeout = None
             for member_id in group.members:
@@ -462,14 +559,15 @@ class ShareGroupCoordinator:
                     if timeout is None:
                         timeout = self.settings(group_id).share_session_timeout_ms
                     self._timers.arm(group_id, member_id, now_ms + timeout)
-        return self.on_metadata_change(self._topics)
+        return self.on_metadata_change(self._topics if topics is None else topics)
 
     # ------------------------------------------------------------------ topics
 
     def on_metadata_change(self, topics: TopicLookup) -> list[CoordinatorRecord]:
         """Adopt a new topic view. Groups whose subscribed topics were created, deleted,
         recreated or resized get a new group epoch (and so a new target assignment on
-        their next heartbeat); returns those ShareGroupMetadata records."""
+        their next heartbeat), and deleted topics leave their share-partition state
+        metadata; returns those ShareGroupMetadata / ShareGroupStatePartitionMetadata records."""
         self._topics = topics
         self._topics_version += 1
         records = []
@@ -480,6 +578,8 @@ class ShareGroupCoordinator:
                 record = rec.group_metadata(group_id, group.group_epoch + 1, new_hash)
                 self.replay(record)
                 records.append(record)
+            if group.has_state_metadata:
+                records += self._apply(share_state.cleanup_record(group, topics))
         return records
 
     @property
@@ -604,6 +704,8 @@ class ShareGroupCoordinator:
                 raise ReplayError(f"tombstone for share group {key.group_id} while it still has members")
             del self._groups[key.group_id]
             self._settled.pop(key.group_id, None)
+            for topic_key in [k for k in self._init_since if k[0] == key.group_id]:
+                del self._init_since[topic_key]
             return
         group.group_epoch = value.epoch
         group.metadata_hash = value.metadata_hash
@@ -645,6 +747,8 @@ class ShareGroupCoordinator:
         group = self._group_for(key.group_id, value)
         if group is None:
             return
+        self._settled.pop(key.group_id, None)  # what may be assigned can have changed
+        group.has_state_metadata = value is not None
         if value is None:
             group.initializing_topics = {}
             group.initialized_topics = {}

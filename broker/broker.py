@@ -13,7 +13,6 @@ import time
 
 from coordinator.group import runtime as group_runtime
 from coordinator.share import runtime as share_runtime
-from persister.in_process import InProcessPersister
 
 from .config import BrokerConfig
 from .log import FileLogStore, LogConfig, LogStore
@@ -54,7 +53,7 @@ class Broker:
         self.share_coordinator_runtime = share_runtime.install(self)  # sets self.share_coordinator
         self.share_sessions = ShareSessionCache(config["group.share.max.share.sessions"])
         self.share_manager = SharePartitionManager(
-            self, InProcessPersister(self.share_coordinator), settings=self.group_coordinator.group_settings
+            self, self.share_coordinator_runtime.persister, settings=self.group_coordinator.group_settings
         )
         self.group_coordinator.on_member_departed(self._member_departed)
         self.topics.on_change(self._share_topic_changed)

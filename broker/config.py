@@ -34,6 +34,7 @@ class ConfigDef:
     at_most: float | None = None
     one_of: tuple[str, ...] | None = None
     dynamic: bool = False  # may be changed at run time through (Incremental)AlterConfigs
+    internal: bool = False  # Kafka's internal configs: not listed by DescribeConfigs
 
     def parse(self, raw: Any) -> Any:
         """Turn a property string (or already-typed value) into this config's Python value."""
@@ -193,6 +194,20 @@ _DEFS: list[ConfigDef] = [
        at_least=1),
     _d("share.coordinator.snapshot.update.records.per.snapshot", INT, 500,
        "ShareUpdate records written per key before a ShareSnapshot.", at_least=0, at_most=500),
+    _d("share.coordinator.state.topic.min.isr", SHORT, 2,
+       "min.insync.replicas of __share_group_state (a single broker's effective ISR is 1).", at_least=1),
+    _d("share.coordinator.state.topic.compression.codec", INT, 0,
+       "Compression of __share_group_state batches: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.",
+       at_least=0, at_most=4),
+    _d("share.coordinator.state.topic.prune.interval.ms", INT, 300000,
+       "How often the share coordinator deletes superseded __share_group_state records.", at_least=1,
+       internal=True),
+    _d("share.coordinator.load.buffer.size", INT, 5 * 1024 * 1024,
+       "Bytes read at a time while loading __share_group_state.", at_least=1),
+    # kshare's own: which persister share-partition leaders use (in-process, or the state
+    # RPCs over a loopback connection, as a multi-broker deployment would).
+    _d("kshare.share.persister", STRING, "in-process", "Persister of share-partition leaders.",
+       one_of=("in-process", "network"), internal=True),
 ]
 
 DEFS: dict[str, ConfigDef] = {}
@@ -216,7 +231,7 @@ def _group_defs() -> list[ConfigDef]:
     types = {"int": INT, "boolean": BOOLEAN, "list": LIST}
     return [
         ConfigDef(d.name, types[d.type], [d.default] if d.type == "list" else d.default, d.doc,
-                  at_least=d.min, at_most=d.max)
+                  at_least=d.min, at_most=d.max, internal=d.internal)
         for d in GROUP_BROKER_CONFIGS
     ]
 

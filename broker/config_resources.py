@@ -217,7 +217,8 @@ class BrokerConfigProvider:
             if node != broker.node_id:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {broker.node_id} "
                                  f"or empty string, but received {name}")
-            names = sorted(set(DEFS) | set(cfg.static) | set(cfg.dynamic) | set(cfg.dynamic_default))
+            listed = {n for n, d in DEFS.items() if not d.internal}
+            names = sorted(listed | set(cfg.static) | set(cfg.dynamic) | set(cfg.dynamic_default))
         else:
             names = sorted(cfg.dynamic_default)
         if keys:

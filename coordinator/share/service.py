@@ -6,16 +6,69 @@ response, replays the records into the shard at once (so the next request is com
 of them, with no lock and no await in between), hands them to the journal, and answers only
 when the journal says they are durable. The journal is the seam to the log: ``None`` keeps
 state in memory only.
+
+What Kafka 4.2's ``ShareCoordinatorService`` answers before a shard is asked, followed here:
+
+- no topics, a topic without partitions, or an empty group id: an empty response;
+- the coordinator not started (or stopped): COORDINATOR_NOT_AVAILABLE for every partition,
+  "Share coordinator is not available.";
+- a state partition still loading: COORDINATOR_LOAD_IN_PROGRESS; one this broker does not
+  coordinate (never loaded, or its load failed): NOT_COORDINATOR; each with the message
+  "Unable to <operation>: <reason>";
+- a failed log write: Kafka's ``CoordinatorOperationExceptionHelper`` mapping (storage error
+  -> NOT_COORDINATOR, missing partition -> COORDINATOR_NOT_AVAILABLE, too large ->
+  UNKNOWN_SERVER_ERROR). A failed fsync after the records were appended and replayed also
+  answers NOT_COORDINATOR; the log is offline from then on, so nothing else is written.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
-from typing import Callable, Protocol
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 from uuid import UUID
+
+from protocol.errors import ErrorCode
+from protocol.messages import (
+    delete_share_group_state_response as delete_rsp,
+)
+from protocol.messages import (
+    initialize_share_group_state_response as init_rsp,
+)
+from protocol.messages import (
+    read_share_group_state_response as read_rsp,
+)
+from protocol.messages import (
+    read_share_group_state_summary_response as summary_rsp,
+)
+from protocol.messages import (
+    write_share_group_state_response as write_rsp,
+)
 
 from .routing import partition_for
 from .shard import CoordinatorRecord, ShareCoordinatorShard
+
+log = logging.getLogger("kshare.share_coordinator")
+
+NOT_ACTIVE_MESSAGE = "Share coordinator is not available."
+# Errors.X.message() for the runtime's own exceptions.
+_REASONS = {
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: "The coordinator is loading and hence can't process requests.",
+    ErrorCode.NOT_COORDINATOR: "This is not the correct coordinator.",
+}
+# CoordinatorOperationExceptionHelper: what a failed write is answered with.
+_WRITE_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+}
 
 
 class Journal(Protocol):
@@ -37,6 +90,39 @@ class _MemoryJournal:
         return None
 
 
+@dataclass(frozen=True)
+class _Api:
+    """The response classes of one state RPC and the words of its error messages."""
+
+    response: type
+    result: type
+    partition: type
+    operation: str  # "Unable to <operation>: ..."
+
+
+_INITIALIZE = _Api(init_rsp.InitializeShareGroupStateResponse, init_rsp.InitializeStateResult,
+                   init_rsp.PartitionResult, "initialize share group state")
+_READ = _Api(read_rsp.ReadShareGroupStateResponse, read_rsp.ReadStateResult,
+             read_rsp.PartitionResult, "read share group state")
+_WRITE = _Api(write_rsp.WriteShareGroupStateResponse, write_rsp.WriteStateResult,
+              write_rsp.PartitionResult, "write share group state")
+_DELETE = _Api(delete_rsp.DeleteShareGroupStateResponse, delete_rsp.DeleteStateResult,
+               delete_rsp.PartitionResult, "delete share group state")
+_SUMMARY = _Api(summary_rsp.ReadShareGroupStateSummaryResponse, summary_rsp.ReadStateSummaryResult,
+                summary_rsp.PartitionResult, "read share group state summary")
+
+
+def _error_response(api: _Api, request, code: ErrorCode, message: str | None):
+    """Every partition of ``request`` failed with ``code``."""
+    return api.response(results=[
+        api.result(topic_id=t.topic_id, partitions=[
+            api.partition(partition=p.partition, error_code=int(code), error_message=message)
+            for p in t.partitions
+        ])
+        for t in request.topics
+    ])
+
+
 class ShareCoordinatorService:
     def __init__(
         self,
@@ -46,6 +132,7 @@ class ShareCoordinatorService:
         topic_partitions: Callable[[UUID], int | None] | None = None,
         clock_ms: Callable[[], int] | None = None,
         journal: Journal | None = None,
+        active: bool = True,
     ) -> None:
         self.num_partitions = num_partitions
         self._records_per_snapshot = records_per_snapshot
@@ -53,6 +140,10 @@ class ShareCoordinatorService:
         self._clock_ms = clock_ms
         self.journal: Journal = journal or _MemoryJournal()
         self.shards: dict[int, ShareCoordinatorShard] = {}
+        # Kafka's isActive: False before startup and after shutdown.
+        self.active = active
+        # State partitions this coordinator cannot serve yet (loading) or at all (failed).
+        self._unavailable: dict[int, ErrorCode] = {}
 
     def shard(self, partition: int) -> ShareCoordinatorShard:
         s = self.shards.get(partition)
@@ -65,22 +156,53 @@ class ShareCoordinatorService:
     def partition_of(self, group_id: str, topic_id: UUID, partition: int) -> int:
         return partition_for(group_id, topic_id, partition, self.num_partitions)
 
+    # --- which state partitions are served --------------------------------------------------
+
+    def set_loading(self, partition: int) -> None:
+        self._unavailable[partition] = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+    def set_loaded(self, partition: int) -> None:
+        self._unavailable.pop(partition, None)
+
+    def set_failed(self, partition: int) -> None:
+        """A partition whose load failed: its shard is dropped and its keys are NOT_COORDINATOR."""
+        self.shards.pop(partition, None)
+        self._unavailable[partition] = ErrorCode.NOT_COORDINATOR
+
+    def serving(self, partition: int) -> bool:
+        return self.active and partition not in self._unavailable
+
+    def loading(self) -> list[int]:
+        return sorted(p for p, c in self._unavailable.items() if c == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+
     # --- the five state RPCs ------------------------------------------------------------------
 
     async def initialize_state(self, request):
-        return await self._run(request, lambda s, r: s.initialize_state(r))
+        return await self._run(request, _INITIALIZE, lambda s, r: s.initialize_state(r))
 
     async def read_state(self, request):
-        return await self._run(request, lambda s, r: s.read_state(r))
+        return await self._run(request, _READ, lambda s, r: s.read_state(r))
 
     async def write_state(self, request, version: int = 1):
-        return await self._run(request, lambda s, r: s.write_state(r, version))
+        return await self._run(request, _WRITE, lambda s, r: s.write_state(r, version))
 
     async def delete_state(self, request):
-        return await self._run(request, lambda s, r: s.delete_state(r))
+        return await self._run(request, _DELETE, lambda s, r: s.delete_state(r))
 
     async def read_state_summary(self, request, version: int = 1):
-        return await self._run(request, lambda s, r: ([], s.read_state_summary(r, version)))
+        return await self._run(request, _SUMMARY, lambda s, r: ([], s.read_state_summary(r, version)))
+
+    # --- records written by the coordinator itself --------------------------------------------
+
+    async def write_records(self, partition: int, records: list[CoordinatorRecord]) -> None:
+        """Append, replay and sync records the coordinator decided on by itself (snapshots)."""
+        if not records or not self.serving(partition):
+            return
+        shard = self.shard(partition)
+        offsets = self.journal.append(partition, records)
+        for offset, rec in zip(offsets, records):
+            shard.replay(offset, rec.key, rec.value)
+        await self.journal.sync(partition, offsets)
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -97,22 +219,51 @@ class ShareCoordinatorService:
             for sp in parts
         }
 
-    async def _run(self, request, op):
-        if not request.group_id or not request.topics:
-            # The shard answers the degenerate cases (empty group id or topics) itself.
-            _, response = op(self.shard(0), request)
-            return response
-        responses = []
+    async def _run(self, request, api: _Api, op):
+        if not request.topics or any(not t.partitions for t in request.topics) or not request.group_id:
+            return api.response()
+        if not self.active:
+            return _error_response(api, request, ErrorCode.COORDINATOR_NOT_AVAILABLE, NOT_ACTIVE_MESSAGE)
+        responses: list = []
+        pending: list[tuple[int, int, object, list[int]]] = []  # (index, state partition, sub, offsets)
         for sp, sub in self._split(request).items():
+            code = self._unavailable.get(sp)
+            if code is not None:
+                responses.append(_error_response(api, sub, code, f"Unable to {api.operation}: {_REASONS[code]}"))
+                continue
             shard = self.shard(sp)
-            records, response = op(shard, sub)
+            try:
+                records, response = op(shard, sub)
+            except Exception as e:  # a bug or an unreadable record: Kafka's UNKNOWN_SERVER_ERROR
+                log.exception("%s on %s failed", api.operation, sub)
+                responses.append(_error_response(api, sub, ErrorCode.UNKNOWN_SERVER_ERROR,
+                                                 f"Unable to {api.operation}: {e}"))
+                continue
             if records:
-                offsets = self.journal.append(sp, records)
+                try:
+                    offsets = self.journal.append(sp, records)
+                except Exception as e:
+                    responses.append(self._write_failed(api, sub, e))
+                    continue
                 for offset, rec in zip(offsets, records):
                     shard.replay(offset, rec.key, rec.value)
-                await self.journal.sync(sp, offsets)
+                pending.append((len(responses), sp, sub, offsets))
             responses.append(response)
+        if pending:
+            outcomes = await asyncio.gather(
+                *(self.journal.sync(sp, offsets) for _, sp, _, offsets in pending), return_exceptions=True
+            )
+            for (i, _, sub, _), outcome in zip(pending, outcomes):
+                if isinstance(outcome, BaseException):
+                    responses[i] = self._write_failed(api, sub, outcome)
         return _merge(responses)
+
+    @staticmethod
+    def _write_failed(api: _Api, sub, e: BaseException):
+        code = getattr(e, "code", None)
+        mapped = _WRITE_ERRORS.get(code, code) if code is not None else ErrorCode.UNKNOWN_SERVER_ERROR
+        log.warning("%s failed to write to the log: %s", api.operation, e)
+        return _error_response(api, sub, mapped, f"Unable to {api.operation}: {e}")
 
 
 def _merge(responses: list):

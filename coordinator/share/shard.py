@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple, Protocol
 from uuid import UUID
 
 from protocol.coordinator_records.share_snapshot_key import ShareSnapshotKey
@@ -51,7 +51,8 @@ from .combiner import StateBatch, combine
 
 __all__ = [
     "SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_CONFIG", "SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_DEFAULT",
-    "SharePartitionKey", "SharePartitionState", "KeyEntry", "CoordinatorRecord", "ShareCoordinatorShard",
+    "SharePartitionKey", "SharePartitionState", "KeyEntry", "CoordinatorRecord", "PendingKey",
+    "ShareCoordinatorShard",
 ]
 
 SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_CONFIG = "share.coordinator.snapshot.update.records.per.snapshot"
@@ -117,6 +118,20 @@ class CoordinatorRecord(NamedTuple):
     value: ShareSnapshotValue | ShareUpdateValue | None
 
 
+class PendingKey(Protocol):
+    """A key read from the log but not replayed yet (``coordinator.share.loader``)."""
+
+    first_offset: int  # offset of its oldest record still needed (its latest snapshot)
+
+    def records(self) -> Iterable[tuple]:
+        """Its decoded (key, value) records in log order, from that snapshot on."""
+        ...
+
+    def summary(self) -> tuple[int, int, int, int]:
+        """(state epoch, leader epoch, start offset, delivery-complete count) after them."""
+        ...
+
+
 class _PartitionError(Exception):
     def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
@@ -180,16 +195,16 @@ def _snapshot_record(key: SharePartitionKey, state: SharePartitionState) -> Coor
 class _Overlay:
     """The shard's entries as they will be once this request's records are replayed."""
 
-    __slots__ = ("_base", "_changed")
+    __slots__ = ("_lookup", "_changed")
 
-    def __init__(self, base: dict[SharePartitionKey, KeyEntry]) -> None:
-        self._base = base
+    def __init__(self, lookup: Callable[[SharePartitionKey], KeyEntry | None]) -> None:
+        self._lookup = lookup
         self._changed: dict[SharePartitionKey, KeyEntry | None] = {}
 
     def get(self, key: SharePartitionKey) -> KeyEntry | None:
         if key in self._changed:
             return self._changed[key]
-        return self._base.get(key)
+        return self._lookup(key)
 
     def record(self, key: SharePartitionKey, record: CoordinatorRecord, out: list) -> None:
         self._changed[key] = _apply(self.get(key), record.key, record.value)
@@ -218,6 +233,8 @@ class ShareCoordinatorShard:
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._topic_partitions = topic_partitions
         self._entries: dict[SharePartitionKey, KeyEntry] = {}
+        # Keys loaded from the log but not replayed yet (see ``load``): replayed on first use.
+        self._pending: dict[SharePartitionKey, PendingKey] = {}
         # Pruning: per key, the log offset of its latest snapshot (or of its first record if
         # it began with an update). Everything below the minimum has been superseded.
         self._needed_from: dict[SharePartitionKey, int] = {}
@@ -226,16 +243,68 @@ class ShareCoordinatorShard:
     # ------------------------------------------------------------------ inspection
 
     def entry(self, key: SharePartitionKey) -> KeyEntry | None:
-        return self._entries.get(key)
+        return self._get(key)
 
     def state(self, key: SharePartitionKey) -> SharePartitionState | None:
-        e = self._entries.get(key)
+        e = self._get(key)
         return None if e is None else e.state
 
     def entries(self) -> dict[SharePartitionKey, KeyEntry]:
+        for key in list(self._pending):
+            self._get(key)
         return dict(self._entries)
 
+    def keys(self) -> list[SharePartitionKey]:
+        """Every key with state, replayed or pending."""
+        return [*self._entries, *self._pending]
+
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+    def pending_keys(self) -> list[SharePartitionKey]:
+        """Keys loaded but not replayed yet (``entry(key)`` replays one)."""
+        return list(self._pending)
+
+    def _get(self, key: SharePartitionKey) -> KeyEntry | None:
+        """The key's entry, replaying its pending records first if it was loaded lazily."""
+        e = self._entries.get(key)
+        if e is None and self._pending:
+            pending = self._pending.get(key)
+            if pending is not None:
+                for k, v in pending.records():  # a record that does not decode raises: the key stays pending
+                    e = _apply(e, k, v)
+                del self._pending[key]
+                if e is not None:
+                    self._entries[key] = e
+        return e
+
+    def _summary(self, key: SharePartitionKey) -> tuple[int, int, int, int] | None:
+        """(state epoch, leader epoch, start offset, delivery-complete count), without
+        replaying a pending key's state batches."""
+        e = self._entries.get(key)
+        if e is not None:
+            st = e.state
+            return st.state_epoch, st.leader_epoch, st.start_offset, st.delivery_complete_count
+        pending = self._pending.get(key)
+        return None if pending is None else pending.summary()
+
     # ------------------------------------------------------------------ replay
+
+    def load(self, pending: dict[SharePartitionKey, PendingKey], last_offset: int) -> None:
+        """Adopt keys read from the log whose records are replayed only when first used.
+
+        Loading then costs a pass over record keys; the state batches of a key are combined
+        when a request needs them (a summary does not). ``pending`` holds each key's records
+        from its latest snapshot on (or from its first record), so the state replayed later
+        is the state a full replay would build, except that the epoch fences only reflect
+        records from that snapshot on: the same as in Kafka once the log was pruned there.
+        """
+        for key, p in pending.items():
+            self._entries.pop(key, None)
+            self._pending[key] = p
+            self._needed_from[key] = p.first_offset
+        if last_offset > self._last_offset:
+            self._last_offset = last_offset
 
     def replay(self, offset: int, key, value) -> None:
         """Apply one record read from (or just appended to) the partition at ``offset``.
@@ -244,7 +313,7 @@ class ShareCoordinatorShard:
         if not isinstance(key, (ShareSnapshotKey, ShareUpdateKey)):
             return
         k = SharePartitionKey(key.group_id, key.topic_id, key.partition)
-        before = self._entries.get(k)
+        before = self._get(k)
         after = _apply(before, key, value)
         if after is None:
             self._entries.pop(k, None)
@@ -315,7 +384,7 @@ class ShareCoordinatorShard:
         response = init_rsp.InitializeShareGroupStateResponse()
         if not request.group_id:
             return records, response
-        overlay = _Overlay(self._entries)
+        overlay = _Overlay(self._get)
         for topic in request.topics:
             result = init_rsp.InitializeStateResult(topic.topic_id)
             for p in topic.partitions:
@@ -351,7 +420,7 @@ class ShareCoordinatorShard:
         response = write_rsp.WriteShareGroupStateResponse()
         if not request.group_id:
             return records, response
-        overlay = _Overlay(self._entries)
+        overlay = _Overlay(self._get)
         for topic in request.topics:
             result = write_rsp.WriteStateResult(topic.topic_id)
             for p in topic.partitions:
@@ -390,7 +459,7 @@ class ShareCoordinatorShard:
         response = read_rsp.ReadShareGroupStateResponse()
         if not request.group_id:
             return records, response
-        overlay = _Overlay(self._entries)
+        overlay = _Overlay(self._get)
         for topic in request.topics:
             result = read_rsp.ReadStateResult(topic.topic_id)
             for p in topic.partitions:
@@ -436,17 +505,18 @@ class ShareCoordinatorShard:
                 except _PartitionError as e:
                     result.partitions.append(summary_rsp.PartitionResult(p.partition, int(e.code), e.message))
                     continue
-                st = self.state(key)
+                st = self._summary(key)
                 if st is None:
                     row = summary_rsp.PartitionResult(
                         p.partition, state_epoch=DEFAULT_STATE_EPOCH, leader_epoch=DEFAULT_LEADER_EPOCH,
                         start_offset=UNINITIALIZED_START_OFFSET,
                         delivery_complete_count=UNINITIALIZED_DELIVERY_COMPLETE_COUNT)
                 else:
+                    state_epoch, leader_epoch, start_offset, dcc = st
                     row = summary_rsp.PartitionResult(
-                        p.partition, state_epoch=st.state_epoch, leader_epoch=st.leader_epoch,
-                        start_offset=st.start_offset,
-                        delivery_complete_count=(st.delivery_complete_count if version >= 1
+                        p.partition, state_epoch=state_epoch, leader_epoch=leader_epoch,
+                        start_offset=start_offset,
+                        delivery_complete_count=(dcc if version >= 1
                                                  else UNINITIALIZED_DELIVERY_COMPLETE_COUNT))
                 result.partitions.append(row)
             response.results.append(result)
@@ -458,7 +528,7 @@ class ShareCoordinatorShard:
         response = delete_rsp.DeleteShareGroupStateResponse()
         if not request.group_id:
             return records, response
-        overlay = _Overlay(self._entries)
+        overlay = _Overlay(self._get)
         for topic in request.topics:
             result = delete_rsp.DeleteStateResult(topic.topic_id)
             for p in topic.partitions:
@@ -478,7 +548,23 @@ class ShareCoordinatorShard:
     def tombstones_for_topics(self, topic_ids: Iterable[UUID]) -> list[CoordinatorRecord]:
         """Tombstones for every key of deleted topics (Kafka's maybeCleanupShareState)."""
         gone = set(topic_ids)
-        return [self.tombstone(k) for k in self._entries if k.topic_id in gone]
+        return [self.tombstone(k) for k in self.keys() if k.topic_id in gone]
+
+    def snapshot_records(self, keys: Iterable[SharePartitionKey] | None = None) -> list[CoordinatorRecord]:
+        """A fresh snapshot of every replayed key with updates since its last one (of ``keys``
+        if given): what the coordinator writes before it stops, so that the next start-up
+        reads one record per key. Like Kafka's cold-partition snapshots it bumps the snapshot
+        epoch and the write timestamp; the state is unchanged. Pending keys are left as
+        they are (their records are still in the log)."""
+        now = self._clock_ms()
+        out = []
+        for key in (self._entries if keys is None else keys):
+            e = self._entries.get(key)
+            if e is None or e.updates_since_snapshot == 0:
+                continue
+            st = e.state
+            out.append(_snapshot_record(key, replace(st, snapshot_epoch=st.snapshot_epoch + 1, write_timestamp=now)))
+        return out
 
     @staticmethod
     def tombstone(key: SharePartitionKey) -> CoordinatorRecord:

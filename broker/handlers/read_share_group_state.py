@@ -1,0 +1,16 @@
+"""ReadShareGroupState (v0): a share-partition leader reads the durable state of its
+share-partitions (start offset, state epoch, in-flight state batches). A read with a newer
+leader epoch also records that epoch, fencing older leaders, as in Kafka. State that was never
+initialised answers INVALID_REQUEST (Kafka 4.2; the KIP's UNKNOWN_TOPIC_OR_PARTITION is for a
+topic or partition that does not exist). Served by ``broker.share_coordinator``; CLUSTER
+ClusterAction authorisation is not checked yet (no ACLs).
+"""
+
+from __future__ import annotations
+
+API_KEY = 84
+MIN_VERSION, MAX_VERSION = 0, 0
+
+
+async def handle(ctx, req):
+    return await ctx.broker.share_coordinator.read_state(req)

@@ -1,0 +1,14 @@
+"""ReadShareGroupStateSummary (v0-1): epochs and start offset of share-partitions, and from v1
+the DeliveryCompleteCount that share-partition lag is computed from (KIP-1226). State never
+initialised is no error (start offset -1). Served by ``broker.share_coordinator`` without
+combining state batches; CLUSTER ClusterAction authorisation is not checked yet.
+"""
+
+from __future__ import annotations
+
+API_KEY = 87
+MIN_VERSION, MAX_VERSION = 0, 1
+
+
+async def handle(ctx, req):
+    return await ctx.broker.share_coordinator.read_state_summary(req, ctx.api_version)

@@ -1,0 +1,354 @@
+"""The network persister: the share coordinator's state RPCs over a socket.
+
+This is what share-partition leaders would use when the share coordinator of a key lives on
+another broker. It builds the same request messages as ``InProcessPersister`` (it *is* one,
+with a remote coordinator behind it) and, like Kafka's ``PersisterStateManager``:
+
+- finds each key's coordinator with FindCoordinator v6, key type SHARE, key
+  ``groupId:topicId:partition``, through the bootstrap broker, and caches the answer;
+- sends the key's state RPC to that node (keys of one request that share a node share one
+  request);
+- on COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR (from
+  FindCoordinator or the RPC) forgets the coordinator, backs off exponentially (1 s doubling
+  to 30 s, with jitter) and tries again, at most 5 attempts, then reports that error;
+- any other error is the key's answer at once. A connection that fails counts as
+  COORDINATOR_NOT_AVAILABLE, and so does a retriable error once ``should_retry()`` says
+  no more (the broker is stopping).
+
+A broker of kshare talks to itself this way over loopback when ``kshare.share.persister``
+is ``network``; it proves the seam and the wire handlers, not a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import struct
+import sys
+from collections.abc import Callable
+from uuid import UUID
+
+from coordinator.share.routing import key_string
+from protocol import messages
+from protocol.errors import ErrorCode
+from protocol.messages.find_coordinator_request import FindCoordinatorRequest
+from protocol.messages.find_coordinator_response import FindCoordinatorResponse
+from protocol.messages.request_header import RequestHeader
+from protocol.messages.response_header import ResponseHeader
+
+from .in_process import InProcessPersister
+
+log = logging.getLogger("kshare.persister")
+
+FIND_COORDINATOR = 10
+INITIALIZE, READ, WRITE, DELETE, SUMMARY = 83, 84, 85, 86, 87
+SHARE_KEY_TYPE = 2
+FIND_COORDINATOR_VERSION = 6
+
+REQUEST_BACKOFF_MS = 1_000  # Kafka's PersisterStateManager constants
+REQUEST_BACKOFF_MAX_MS = 30_000
+MAX_ATTEMPTS = 5
+RETRIABLE = frozenset({
+    ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
+})
+
+_SIZE = struct.Struct(">i")
+Node = tuple[str, int]
+
+
+def _header_versions(api_key: int, version: int) -> tuple[int, int]:
+    """(request header version, response header version) for this API version."""
+    first = messages.FIRST_FLEXIBLE.get(api_key)
+    flexible = first is not None and version >= first
+    return (2 if flexible else 1), (1 if flexible else 0)
+
+
+class ConnectionFailed(Exception):
+    pass
+
+
+class _Connection:
+    """One pipelined connection: requests go out in order, responses are matched by id."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.client_id = client_id
+        self._correlation = 0
+        self._waiting: dict[int, tuple[asyncio.Future, int, int]] = {}
+        self.closed = False
+        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @classmethod
+    async def open(cls, node: Node, client_id: str, timeout_s: float) -> _Connection:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(*node), timeout_s)
+        except (TimeoutError, OSError) as e:
+            raise ConnectionFailed(f"cannot connect to {node[0]}:{node[1]}: {e}") from None
+        return cls(reader, writer, client_id)
+
+    async def request(self, api_key: int, version: int, body, timeout_s: float):
+        if self.closed:
+            raise ConnectionFailed("connection closed")
+        self._correlation += 1
+        cid = self._correlation
+        req_hv, _ = _header_versions(api_key, version)
+        header = RequestHeader(request_api_key=api_key, request_api_version=version, correlation_id=cid,
+                               client_id=self.client_id).to_bytes(req_hv)
+        payload = body.to_bytes(version)
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting[cid] = (fut, api_key, version)
+        self.writer.write(_SIZE.pack(len(header) + len(payload)) + header + payload)
+        try:
+            await self.writer.drain()
+            return await asyncio.wait_for(fut, timeout_s)
+        except (TimeoutError, OSError) as e:
+            self.close()
+            raise ConnectionFailed(f"request {api_key} v{version} failed: {e!r}") from None
+        finally:
+            self._waiting.pop(cid, None)
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                size = _SIZE.unpack(await self.reader.readexactly(4))[0]
+                frame = memoryview(await self.reader.readexactly(size))
+                cid = _SIZE.unpack_from(frame, 0)[0]
+                waiting = self._waiting.get(cid)
+                if waiting is None:
+                    continue
+                fut, api_key, version = waiting
+                _, resp_hv = _header_versions(api_key, version)
+                _, pos = ResponseHeader.decode(frame, resp_hv)
+                _, _, resp_mod, resp_cls = messages.APIS[api_key]
+                response, _ = messages.load(resp_mod, resp_cls).decode(frame, version, pos)
+                if not fut.done():
+                    fut.set_result(response)
+        except (asyncio.IncompleteReadError, OSError, asyncio.CancelledError):
+            pass
+        except Exception:
+            log.exception("unreadable response from the share coordinator")
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for fut, _, _ in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(ConnectionFailed("connection closed"))
+        self._waiting.clear()
+        self.writer.close()
+        if asyncio.current_task() is not self._task:
+            self._task.cancel()
+
+
+class RemoteShareCoordinator:
+    """The share coordinator service's five methods, answered by whichever broker
+    coordinates each key (see the module docstring for lookups and retries)."""
+
+    def __init__(
+        self,
+        bootstrap: Callable[[], Node],
+        *,
+        client_id: str = "kshare-share-persister",
+        request_timeout_s: float = 30.0,
+        backoff_ms: int = REQUEST_BACKOFF_MS,
+        max_backoff_ms: int = REQUEST_BACKOFF_MAX_MS,
+        max_attempts: int = MAX_ATTEMPTS,
+        should_retry: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.should_retry = should_retry
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self.backoff_ms = backoff_ms
+        self.max_backoff_ms = max_backoff_ms
+        self.max_attempts = max_attempts
+        self._coordinators: dict[str, Node] = {}  # coordinator key -> node
+        self._connections: dict[Node, _Connection] = {}
+        self._connecting: dict[Node, asyncio.Future] = {}
+
+    # --- the service interface ------------------------------------------------------------------
+
+    async def initialize_state(self, request):
+        return await self._call(INITIALIZE, 0, request)
+
+    async def read_state(self, request):
+        return await self._call(READ, 0, request)
+
+    async def write_state(self, request, version: int = 1):
+        return await self._call(WRITE, version, request)
+
+    async def delete_state(self, request):
+        return await self._call(DELETE, 0, request)
+
+    async def read_state_summary(self, request, version: int = 1):
+        return await self._call(SUMMARY, version, request)
+
+    async def close(self) -> None:
+        for conn in list(self._connections.values()):
+            conn.close()
+        self._connections.clear()
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    async def _call(self, api_key: int, version: int, request):
+        _, _, resp_mod, resp_cls = messages.APIS[api_key]
+        response_class = messages.load(resp_mod, resp_cls)
+        group = request.group_id
+        todo = [(t, p) for t in request.topics for p in t.partitions]
+        done: dict[tuple[UUID, int], object] = {}
+        results_by_topic: dict[UUID, object] = {}
+        attempt = 0
+        while todo:
+            attempt += 1
+            retry: list = []
+            by_node: dict[Node, list] = {}
+            errors = await self._lookup(group, todo)
+            for t, p in todo:
+                code = errors.get((t.topic_id, p.partition))
+                if code is not None:
+                    if code in RETRIABLE and attempt < self.max_attempts:
+                        retry.append((t, p))
+                    else:
+                        done[(t.topic_id, p.partition)] = _error(response_class, p.partition, code,
+                                                                 "Error in find coordinator. ")
+                    continue
+                node = self._coordinators[key_string(group, t.topic_id, p.partition)]
+                by_node.setdefault(node, []).append((t, p))
+            sends = [self._send(api_key, version, request, node, items) for node, items in by_node.items()]
+            for items, outcome in zip(by_node.values(), await asyncio.gather(*sends)):
+                for (t, p) in items:
+                    pr, topic_result = outcome.get((t.topic_id, p.partition), (None, None))
+                    if topic_result is not None:
+                        results_by_topic.setdefault(t.topic_id, topic_result)
+                    code = ErrorCode.COORDINATOR_NOT_AVAILABLE if pr is None else ErrorCode(pr.error_code)
+                    if code in RETRIABLE:
+                        self._coordinators.pop(key_string(group, t.topic_id, p.partition), None)
+                        if attempt < self.max_attempts:
+                            retry.append((t, p))
+                            continue
+                    done[(t.topic_id, p.partition)] = pr if pr is not None else _error(
+                        response_class, p.partition, code, "Error in state RPC. ")
+            todo = retry
+            if todo and not self.should_retry():  # e.g. the broker is stopping: fail now
+                for t, p in todo:
+                    done[(t.topic_id, p.partition)] = _error(response_class, p.partition,
+                                                             ErrorCode.COORDINATOR_NOT_AVAILABLE, "Not retried. ")
+                todo = []
+            if todo:
+                await asyncio.sleep(self._backoff_s(attempt))
+        return _assemble(response_class, request, done, results_by_topic)
+
+    def _backoff_s(self, attempt: int) -> float:
+        base = min(self.backoff_ms * (2 ** (attempt - 1)), self.max_backoff_ms)
+        return base * random.uniform(0.8, 1.2) / 1000
+
+    async def _lookup(self, group: str, items) -> dict[tuple[UUID, int], ErrorCode]:
+        """Find the coordinators not cached yet; returns the keys whose lookup failed."""
+        missing = {key_string(group, t.topic_id, p.partition): (t.topic_id, p.partition) for t, p in items}
+        missing = {k: tp for k, tp in missing.items() if k not in self._coordinators}
+        if not missing:
+            return {}
+        try:
+            conn = await self._connection(self.bootstrap())
+            resp: FindCoordinatorResponse = await conn.request(
+                FIND_COORDINATOR, FIND_COORDINATOR_VERSION,
+                FindCoordinatorRequest(key_type=SHARE_KEY_TYPE, coordinator_keys=list(missing)),
+                self.request_timeout_s,
+            )
+        except ConnectionFailed as e:
+            log.warning("share coordinator lookup failed: %s", e)
+            return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in missing.values()}
+        errors = {}
+        answered = set()
+        for c in resp.coordinators:
+            tp = missing.get(c.key)
+            if tp is None:
+                continue
+            answered.add(c.key)
+            if c.error_code:
+                errors[tp] = ErrorCode(c.error_code)
+            else:
+                self._coordinators[c.key] = (c.host, c.port)
+        for k, tp in missing.items():
+            if k not in answered:
+                errors[tp] = ErrorCode.UNKNOWN_SERVER_ERROR
+        return errors
+
+    async def _send(self, api_key: int, version: int, request, node: Node, items) -> dict:
+        """{(topic id, partition): (partition result, topic result shell)} for ``items``."""
+        topics: dict[UUID, object] = {}
+        for t, p in items:
+            sub = topics.get(t.topic_id)
+            if sub is None:
+                sub = topics[t.topic_id] = t.copy(partitions=[])
+            sub.partitions.append(p)
+        body = request.copy(topics=list(topics.values()))
+        try:
+            conn = await self._connection(node)
+            resp = await conn.request(api_key, version, body, self.request_timeout_s)
+        except ConnectionFailed as e:
+            log.warning("share state RPC %d to %s:%d failed: %s", api_key, node[0], node[1], e)
+            return {}
+        out = {}
+        for r in resp.results:
+            shell = r.copy(partitions=[])
+            for pr in r.partitions:
+                out[(r.topic_id, pr.partition)] = (pr, shell)
+        return out
+
+    async def _connection(self, node: Node) -> _Connection:
+        conn = self._connections.get(node)
+        if conn is not None and not conn.closed:
+            return conn
+        pending = self._connecting.get(node)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut = asyncio.get_running_loop().create_future()
+        self._connecting[node] = fut
+        try:
+            conn = await _Connection.open(node, self.client_id, self.request_timeout_s)
+            log.info("share persister connected to %s:%d", *node)
+            self._connections[node] = conn
+            fut.set_result(conn)
+            return conn
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()  # retrieved here; waiters re-raise it
+            raise
+        finally:
+            del self._connecting[node]
+
+
+def _error(response_class, partition: int, code: ErrorCode, prefix: str):
+    """A partition result with ``code``, of the response's own PartitionResult class."""
+    module = sys.modules[response_class.__module__]
+    return module.PartitionResult(partition=partition, error_code=int(code), error_message=prefix + code.name)
+
+
+def _assemble(response_class, request, done: dict, topic_shells: dict):
+    """The response in the request's topic and partition order."""
+    module = sys.modules[response_class.__module__]
+    result_class = next(v for k, v in vars(module).items()
+                        if k.endswith("Result") and k != "PartitionResult" and isinstance(v, type))
+    results = []
+    for t in request.topics:
+        shell = topic_shells.get(t.topic_id)
+        parts = [done[(t.topic_id, p.partition)] for p in t.partitions if (t.topic_id, p.partition) in done]
+        results.append(shell.copy(partitions=parts) if shell is not None
+                       else result_class(topic_id=t.topic_id, partitions=parts))
+    return response_class(results=results)
+
+
+class NetworkPersister(InProcessPersister):
+    """``InProcessPersister``'s request building, with the coordinator at the far end of a socket."""
+
+    def __init__(self, bootstrap: Callable[[], Node], **kw) -> None:
+        super().__init__(RemoteShareCoordinator(bootstrap, **kw))
+
+    async def close(self) -> None:
+        await self.service.close()

@@ -1,0 +1,220 @@
+"""The network persister against fake share coordinators on 127.0.0.1: coordinator lookup
+with FindCoordinator v6 (key type SHARE), one request per coordinator node, and Kafka's
+retries of COORDINATOR_NOT_AVAILABLE / COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR with
+backoff, at most five attempts. (The whole share flow through it against a real broker is in
+test_share_state_restart.)"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import uuid
+
+import pytest
+
+from coordinator.share.routing import key_string, parse_key_string
+from persister.network import NetworkPersister
+from protocol import messages
+from protocol.errors import ErrorCode
+from protocol.messages.find_coordinator_response import (
+    Coordinator,
+    FindCoordinatorResponse,
+)
+from protocol.messages.request_header import RequestHeader
+
+T1 = uuid.UUID(int=0x77)
+_SIZE = struct.Struct(">i")
+
+
+def _flexible(api_key, version):
+    first = messages.FIRST_FLEXIBLE.get(api_key)
+    return first is not None and version >= first
+
+
+class FakeCoordinator:
+    """Answers FindCoordinator with ``route(key)`` -> node index (or an error code), and each
+    state RPC partition with ``answer(api_key, group, topic_id, partition)``."""
+
+    def __init__(self, route=None, answer=None):
+        self.route = route or (lambda key: 0)
+        self.answer = answer or (lambda api, g, t, p: ErrorCode.NONE)
+        self.servers: list[asyncio.base_events.Server] = []
+        self.nodes: list[tuple[str, int]] = []
+        self.requests: list[tuple[int, int, int, object]] = []  # (node, api key, version, body)
+
+    async def start(self, n: int = 1):
+        for i in range(n):
+            server = await asyncio.start_server(lambda r, w, i=i: self._serve(i, r, w), "127.0.0.1", 0)
+            self.servers.append(server)
+            self.nodes.append(server.sockets[0].getsockname()[:2])
+        return self
+
+    async def close(self):
+        for s in self.servers:
+            s.close()
+            await s.wait_closed()
+
+    async def _serve(self, node, reader, writer):
+        try:
+            while True:
+                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                frame = memoryview(await reader.readexactly(size))
+                api_key, version = struct.unpack_from(">hh", frame)
+                header, pos = RequestHeader.decode(frame, 2 if _flexible(api_key, version) else 1)
+                req_mod, req_cls, resp_mod, resp_cls = messages.APIS[api_key]
+                body, _ = messages.load(req_mod, req_cls).decode(frame, version, pos)
+                self.requests.append((node, api_key, version, body))
+                resp = self._respond(api_key, body, messages.load(resp_mod, resp_cls))
+                head = bytearray(8)
+                struct.pack_into(">i", head, 4, header.correlation_id)
+                if _flexible(api_key, version):
+                    head.append(0)
+                out = b"".join(bytes(p) for p in resp.encode(version, head, []))
+                writer.write(_SIZE.pack(len(out) - 4) + out[4:])
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    def _respond(self, api_key, body, response_class):
+        if api_key == 10:
+            coordinators = []
+            for key in body.coordinator_keys:
+                target = self.route(key)
+                if isinstance(target, ErrorCode):
+                    coordinators.append(Coordinator(key=key, node_id=-1, host="", port=-1, error_code=int(target)))
+                else:
+                    host, port = self.nodes[target]
+                    coordinators.append(Coordinator(key=key, node_id=target, host=host, port=port))
+            return FindCoordinatorResponse(coordinators=coordinators)
+        module = __import__(response_class.__module__, fromlist=["PartitionResult"])
+        result_class = next(v for k, v in vars(module).items()
+                            if k.endswith("Result") and k != "PartitionResult" and isinstance(v, type))
+        results = []
+        for t in body.topics:
+            parts = []
+            for p in t.partitions:
+                code = self.answer(api_key, body.group_id, t.topic_id, p.partition)
+                parts.append(module.PartitionResult(partition=p.partition, error_code=int(code),
+                                                    error_message=None if code == 0 else code.name))
+            results.append(result_class(topic_id=t.topic_id, partitions=parts))
+        return response_class(results=results)
+
+
+def persister_for(fake: FakeCoordinator, **kw) -> NetworkPersister:
+    return NetworkPersister(lambda: fake.nodes[0], backoff_ms=1, max_backoff_ms=5, **kw)
+
+
+def state_calls(fake, api_key):
+    return [(n, b) for n, k, _, b in fake.requests if k == api_key]
+
+
+async def test_finds_the_coordinator_once_and_sends_the_rpc_there():
+    fake = await FakeCoordinator(route=lambda key: 1).start(2)
+    p = persister_for(fake)
+    try:
+        assert await p.write_state("g", T1, 0, state_epoch=1, leader_epoch=0, start_offset=3,
+                                   delivery_complete_count=2, batches=[(3, 5, 0, 1)]) == (0, None)
+        r = await p.read_state("g", T1, 0, leader_epoch=0)
+        assert r.error_code == 0
+        finds = [b for n, k, v, b in fake.requests if k == 10]
+        assert len(finds) == 1 and finds[0].key_type == 2 and finds[0].coordinator_keys == [key_string("g", T1, 0)]
+        assert [(n, k, v) for n, k, v, _ in fake.requests[1:]] == [(1, 85, 1), (1, 84, 0)]  # on node 1, v1 writes
+        (_, write), = state_calls(fake, 85)
+        part = write.topics[0].partitions[0]
+        assert (part.start_offset, part.delivery_complete_count, len(part.state_batches)) == (3, 2, 1)
+    finally:
+        await p.close()
+        await fake.close()
+
+
+@pytest.mark.parametrize("code", [ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
+                                  ErrorCode.COORDINATOR_NOT_AVAILABLE])
+async def test_retriable_errors_are_retried_with_a_fresh_lookup(code):
+    calls = []
+
+    def answer(api, g, t, p):
+        calls.append(api)
+        return code if len(calls) < 3 else ErrorCode.NONE
+
+    fake = await FakeCoordinator(answer=answer).start()
+    p = persister_for(fake)
+    try:
+        assert (await p.read_state("g", T1, 0, leader_epoch=0)).error_code == 0
+        assert len(calls) == 3
+        assert len([1 for _, k, _, _ in fake.requests if k == 10]) == 3  # the coordinator is looked up again
+    finally:
+        await p.close()
+        await fake.close()
+
+
+async def test_five_attempts_then_the_error_is_the_answer():
+    fake = await FakeCoordinator(answer=lambda *a: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS).start()
+    p = persister_for(fake)
+    try:
+        code, _ = await p.initialize_state("g", T1, 0, state_epoch=0, start_offset=-1)
+        assert code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        assert len(state_calls(fake, 83)) == 5
+    finally:
+        await p.close()
+        await fake.close()
+
+
+async def test_other_errors_are_answered_at_once():
+    fake = await FakeCoordinator(answer=lambda *a: ErrorCode.FENCED_STATE_EPOCH).start()
+    p = persister_for(fake)
+    try:
+        code, msg = await p.write_state("g", T1, 0, state_epoch=0, leader_epoch=0, start_offset=1,
+                                        delivery_complete_count=-1, batches=[])
+        assert (code, msg) == (ErrorCode.FENCED_STATE_EPOCH, "FENCED_STATE_EPOCH")
+        assert len(state_calls(fake, 85)) == 1
+    finally:
+        await p.close()
+        await fake.close()
+
+
+async def test_a_failed_lookup_is_retried_then_reported():
+    fake = await FakeCoordinator(route=lambda key: ErrorCode.COORDINATOR_NOT_AVAILABLE).start()
+    p = persister_for(fake)
+    try:
+        r = await p.read_state("g", T1, 0, leader_epoch=0)
+        assert r.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert len([1 for _, k, _, _ in fake.requests if k == 10]) == 5 and not state_calls(fake, 84)
+    finally:
+        await p.close()
+        await fake.close()
+
+
+async def test_an_unreachable_broker_is_coordinator_not_available():
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    node = server.sockets[0].getsockname()[:2]
+    server.close()
+    await server.wait_closed()
+    p = NetworkPersister(lambda: node, backoff_ms=1, max_backoff_ms=2, request_timeout_s=2)
+    try:
+        assert (await p.read_state("g", T1, 0, leader_epoch=0)).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    finally:
+        await p.close()
+
+
+async def test_keys_of_one_request_go_to_their_own_coordinators_and_come_back_in_order():
+    def route(key):
+        return parse_key_string(key)[2] % 2
+
+    def answer(api, g, t, p):
+        return ErrorCode.NONE if p != 3 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    fake = await FakeCoordinator(route=route, answer=answer).start(2)
+    p = persister_for(fake)
+    try:
+        pairs = [(T1, i) for i in range(5)]
+        got = await p.delete_state("g", pairs)
+        assert list(got) == pairs
+        assert {tp: code for tp, (code, _) in got.items()} == {
+            (T1, i): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if i == 3 else 0) for i in range(5)}
+        sent = {n: sorted(p.partition for t in b.topics for p in t.partitions) for n, b in state_calls(fake, 86)}
+        assert sent == {0: [0, 2, 4], 1: [1, 3]}
+        summaries = await p.read_summary("g", pairs)
+        assert list(summaries) == pairs
+    finally:
+        await p.close()
+        await fake.close()

@@ -20,8 +20,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 from protocol.errors import ErrorCode
+from protocol.framing import API_VERSIONS, request_header_version, response_header_version
 from protocol.message import UnsupportedVersionError
-from protocol.messages import FIRST_FLEXIBLE
 from protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
 from protocol.messages.request_header import RequestHeader
 from protocol.primitives import DecodeError
@@ -36,20 +36,7 @@ log = logging.getLogger("kshare.server")
 
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hhi")
-API_VERSIONS_KEY = 18
 MAX_QUEUED_FRAMES = 32
-
-
-def request_header_version(api_key: int, api_version: int) -> int:
-    first = FIRST_FLEXIBLE.get(api_key)
-    return 2 if first is not None and api_version >= first else 1
-
-
-def response_header_version(api_key: int, api_version: int) -> int:
-    if api_key == API_VERSIONS_KEY:
-        return 0  # so a client that does not know our versions can still read the answer
-    first = FIRST_FLEXIBLE.get(api_key)
-    return 1 if first is not None and api_version >= first else 0
 
 
 class CloseConnection(Exception):
@@ -207,7 +194,7 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection from %s:%d: unknown API key %d", *self.peer, api_key)
             raise CloseConnection
         if not handler.min_version <= api_version <= handler.max_version:
-            if api_key == API_VERSIONS_KEY:
+            if api_key == API_VERSIONS:
                 # Kafka answers an ApiVersions it cannot parse in v0 (header and body), naming only
                 # its own ApiVersions range (KIP-511) so the client retries with a version it has.
                 return self._encode_response(

@@ -34,8 +34,7 @@ from protocol import messages
 from protocol.errors import ErrorCode
 from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.messages.find_coordinator_response import FindCoordinatorResponse
-from protocol.messages.request_header import RequestHeader
-from protocol.messages.response_header import ResponseHeader
+from protocol.framing import correlation_id, parse_response, request_frame
 
 from .in_process import InProcessPersister
 
@@ -55,13 +54,6 @@ RETRIABLE = frozenset({
 
 _SIZE = struct.Struct(">i")
 Node = tuple[str, int]
-
-
-def _header_versions(api_key: int, version: int) -> tuple[int, int]:
-    """(request header version, response header version) for this API version."""
-    first = messages.FIRST_FLEXIBLE.get(api_key)
-    flexible = first is not None and version >= first
-    return (2 if flexible else 1), (1 if flexible else 0)
 
 
 class ConnectionFailed(Exception):
@@ -93,13 +85,9 @@ class _Connection:
             raise ConnectionFailed("connection closed")
         self._correlation += 1
         cid = self._correlation
-        req_hv, _ = _header_versions(api_key, version)
-        header = RequestHeader(request_api_key=api_key, request_api_version=version, correlation_id=cid,
-                               client_id=self.client_id).to_bytes(req_hv)
-        payload = body.to_bytes(version)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[cid] = (fut, api_key, version)
-        self.writer.write(_SIZE.pack(len(header) + len(payload)) + header + payload)
+        self.writer.write(request_frame(body, version, cid, self.client_id))
         try:
             await self.writer.drain()
             return await asyncio.wait_for(fut, timeout_s)
@@ -113,16 +101,12 @@ class _Connection:
         try:
             while True:
                 size = _SIZE.unpack(await self.reader.readexactly(4))[0]
-                frame = memoryview(await self.reader.readexactly(size))
-                cid = _SIZE.unpack_from(frame, 0)[0]
-                waiting = self._waiting.get(cid)
+                frame = await self.reader.readexactly(size)
+                waiting = self._waiting.get(correlation_id(frame))
                 if waiting is None:
                     continue
                 fut, api_key, version = waiting
-                _, resp_hv = _header_versions(api_key, version)
-                _, pos = ResponseHeader.decode(frame, resp_hv)
-                _, _, resp_mod, resp_cls = messages.APIS[api_key]
-                response, _ = messages.load(resp_mod, resp_cls).decode(frame, version, pos)
+                response = parse_response(frame, api_key, version)
                 if not fut.done():
                     fut.set_result(response)
         except (asyncio.IncompleteReadError, OSError, asyncio.CancelledError):

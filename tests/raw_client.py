@@ -9,10 +9,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from broker.server import request_header_version, response_header_version
-from protocol import messages
-from protocol.messages.request_header import RequestHeader
-from protocol.messages.response_header import ResponseHeader
+from protocol.framing import parse_response, request_frame
 
 
 class RawClient:
@@ -32,13 +29,9 @@ class RawClient:
         self.close()
 
     def frame(self, api_key: int, version: int, request) -> bytes:
+        assert request.API_KEY == api_key
         self._correlation += 1
-        header = RequestHeader(
-            request_api_key=api_key, request_api_version=version,
-            correlation_id=self._correlation, client_id=self.client_id,
-        ).to_bytes(request_header_version(api_key, version))
-        body = request.to_bytes(version)
-        return struct.pack(">i", len(header) + len(body)) + header + body
+        return request_frame(request, version, self._correlation, self.client_id)
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -62,13 +55,7 @@ class RawClient:
         return self.read_response(api_key, version)
 
     def read_response(self, api_key: int, version: int):
-        data = self.recv_frame()
-        hv = response_header_version(api_key, version)
-        header, pos = ResponseHeader.decode(memoryview(data), hv)
-        assert header.correlation_id >= 1
-        _, _, resp_mod, resp_cls = messages.APIS[api_key]
-        cls = messages.load(resp_mod, resp_cls)
-        return cls.from_bytes(data[pos:], version)
+        return parse_response(self.recv_frame(), api_key, version)
 
     def is_closed_by_broker(self, timeout_s: float = 5.0) -> bool:
         """True once the broker has closed the connection (EOF or reset)."""

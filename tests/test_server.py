@@ -31,7 +31,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as KioResponseHe
 
 from broker.handlers import REGISTRY, supported_api_versions
 from broker.log.checkpoint import CLEAN_SHUTDOWN_MARKER
-from broker.server import request_header_version, response_header_version
+from protocol.framing import request_header_version, response_header_version
 from protocol import messages
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions_request import ApiVersionsRequest

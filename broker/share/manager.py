@@ -132,7 +132,8 @@ class SharePartitionManager:
                 leader.sp = await self._load(key, topic)
                 leader.loaded.set_result(None)
             except BaseException as e:
-                del self._leaders[key]
+                if self._leaders.get(key) is leader:  # (an admin request may have dropped it meanwhile)
+                    del self._leaders[key]
                 leader.loaded.set_exception(e if isinstance(e, KafkaError) else KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR))
                 leader.loaded.exception()  # retrieved: waiters re-raise it
                 raise
@@ -387,6 +388,24 @@ class SharePartitionManager:
                 if leader.timer is not None:
                     leader.timer.cancel()
                 del self._leaders[key]
+
+    def forget_share_state(self, group_id: str, partitions=None) -> None:
+        """The share-partition state of ``group_id`` was replaced or deleted by an admin request
+        (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups): drop the cached share
+        partitions (their in-flight records, delivery counts and lock timers) so the next fetch
+        reloads the state from the persister. ``partitions`` limits it to those (topic id,
+        partition) pairs. A write already in flight for a dropped partition still reaches the
+        share coordinator (a reset's newer state epoch fences it); its commit only touches the
+        dropped object."""
+        wanted = None if partitions is None else set(partitions)
+        for key, leader in list(self._leaders.items()):
+            if key[0] != group_id or (wanted is not None and (key[1], key[2]) not in wanted):
+                continue
+            if leader.timer is not None:
+                leader.timer.cancel()
+                leader.timer = None
+            del self._leaders[key]
+            self.broker.waiters.notify(share_key(*key))
 
     def share_partitions(self, group_id: str | None = None):
         """(key, SharePartition) of loaded share partitions, for describe and metrics."""

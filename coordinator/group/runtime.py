@@ -41,6 +41,7 @@ import asyncio
 import enum
 import logging
 import time
+import uuid
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Mapping, Protocol, Union
 
 from protocol.errors import ErrorCode, KafkaError
@@ -60,6 +61,7 @@ from .offsets_topic import (
 )
 from .records import CoordinatorRecord
 from .share_group import GroupDescription, HeartbeatResult, ShareGroupCoordinator, validate_request
+from .share_offsets import AlteredTopic, DeletedTopic, TopicOffsets
 from .share_state import StateRequest
 from .topics import TopicInfo, TopicsImage
 
@@ -73,6 +75,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("kshare.group_coordinator")
 
 DepartureListener = Callable[[str, str], None]
+# Told that share-partition state of a group was replaced or deleted behind the leaders' backs
+# (group id, the (topic id, partition) pairs or None for all of the group's): leaders drop it.
+StateInvalidator = Callable[[str, "list[tuple[uuid.UUID, int]] | None"], None]
 LOAD_IN_PROGRESS_MESSAGE = "The coordinator is loading and hence can't process requests."
 INITIALIZATION_WAIT_S = 5.0  # a heartbeat waits at most this long for its group's share-state initialisation
 
@@ -398,10 +403,11 @@ class GroupCoordinatorRuntime:
         again.initialize = None
         return again
 
-    async def delete_group(self, group_id: str) -> None:
+    async def delete_group(self, group_id: str, *, invalidate: StateInvalidator | None = None) -> None:
         """DeleteGroups for a share group; raises KafkaError GROUP_ID_NOT_FOUND /
         NON_EMPTY_GROUP (or a coordinator or persister error). With a persister its share
-        partitions' state is deleted first (DeleteShareGroupState), as Kafka does."""
+        partitions' state is deleted first (DeleteShareGroupState), as Kafka does;
+        ``invalidate(group_id, None)`` is called once it is gone."""
         self._active_shard(group_id)
         await self._initialized(group_id)  # no share state may appear behind the delete
         shard = self._active_shard(group_id)
@@ -409,7 +415,11 @@ class GroupCoordinatorRuntime:
             plan = shard.coordinator.prepare_group_deletion(group_id)
             await self._settled(self._queue(shard, plan.records))
             if plan.request is not None:
-                await self._delete_state(plan.request)
+                try:
+                    await self._delete_state(plan.request)
+                finally:
+                    if invalidate is not None:
+                        invalidate(group_id, None)
             shard = self._active_shard(group_id)
         await self._settled(self._queue(shard, shard.coordinator.delete_group(group_id)))
 
@@ -420,6 +430,168 @@ class GroupCoordinatorRuntime:
                 log.error("deleting the share state of %s-%d for group %s failed: %s %s", topic_id, partition,
                           request.group_id, ErrorCode(code).name, message)
                 raise KafkaError(code, message)
+
+    # ------------------------------------------------------------------ share-group admin
+
+    def active_coordinator(self, group_id: str) -> ShareGroupCoordinator:
+        """The loaded coordinator of ``group_id``'s shard; raises KafkaError
+        COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE like every request does."""
+        return self._active_shard(group_id).coordinator
+
+    def loading(self) -> bool:
+        """Whether some ``__consumer_offsets`` partition is still being loaded (ListGroups
+        then answers COORDINATOR_LOAD_IN_PROGRESS, as Kafka's read-all operation does)."""
+        return any(s.state is ShardState.LOADING for s in self._shards)
+
+    async def share_group_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None
+                                  ) -> list[TopicOffsets]:
+        """DescribeShareGroupOffsets' data: the share-state summary (start offset, leader epoch,
+        delivery-complete count) of the named partitions, or with ``topics`` None of every
+        initialized share partition of the group, read through the persister
+        (ReadShareGroupStateSummary). Like Kafka, the group's existence is not checked; a topic
+        that does not exist or a partition whose read failed is reported without a summary.
+        Raises KafkaError when the shard is not available (``topics`` None) or the persister
+        fails outright."""
+        snapshot = self._topics.snapshot()
+        out: list[TopicOffsets] = []
+        wanted: list[tuple[TopicInfo, list[int]]] = []
+        if topics is None:
+            for topic_id, partitions in self.active_coordinator(group_id).initialized_partitions(group_id).items():
+                topic = snapshot.topic_by_id(topic_id)
+                if topic is not None:
+                    wanted.append((topic, sorted(partitions)))
+        else:
+            for name, partitions in topics:
+                topic = snapshot.topic_by_name(name)
+                if topic is None:
+                    out.append(TopicOffsets(name, None, [(p, None) for p in partitions]))
+                else:
+                    wanted.append((topic, list(partitions)))
+        pairs = [(t.topic_id, p) for t, ps in wanted for p in ps]
+        if not pairs:
+            return out
+        try:
+            summaries = await self._persister().read_summary(group_id, pairs)
+        except KafkaError:
+            raise
+        except Exception as e:
+            log.exception("reading the share state summary of group %s failed", group_id)
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(e)) from None
+        found = [TopicOffsets(t.name, t.topic_id, [(p, summaries.get((t.topic_id, p))) for p in ps])
+                 for t, ps in wanted]
+        return sorted(found, key=lambda t: t.name) + out
+
+    async def alter_share_group_offsets(self, group_id: str, topics: list[tuple[str, list[tuple[int, int]]]], *,
+                                        invalidate: StateInvalidator | None = None) -> list[AlteredTopic]:
+        """AlterShareGroupOffsets: reset the start offset of share partitions of an empty (or
+        new) share group. As in Kafka the partitions are recorded as initializing, the share
+        coordinator re-initialises their state (InitializeShareGroupState with the new start
+        offset and state epoch = group epoch: no state batches, delivery-complete count 0),
+        and on success they are recorded as initialized; if any partition fails they all stay
+        initializing (a later heartbeat retries). ``invalidate`` drops the leaders' in-flight
+        state for those partitions, before and after the reset, so they reload it.
+        Raises KafkaError for group-level errors."""
+        self._active_shard(group_id)
+        await self._initialized(group_id)
+        shard = self._active_shard(group_id)
+        plan = shard.coordinator.prepare_offsets_alter(group_id, topics, self._clock.now_ms())
+        results = [AlteredTopic(name, tid, [(p, int(code), None) for p, code in rows])
+                   for name, tid, rows in plan.results]
+        if plan.request is None:
+            return results
+        pending = self._begin_initialization(plan.request)
+        ok = False
+        try:
+            try:
+                await self._settled(self._queue(shard, plan.records))
+            except Exception:
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
+            pairs = plan.request.pairs()
+            if invalidate is not None:
+                invalidate(group_id, pairs)
+            failures = await self._initialize_offsets(plan.request, plan.offsets)
+            if invalidate is not None:
+                invalidate(group_id, pairs)
+            if failures:
+                for topic in results:
+                    topic.partitions = [(p, *failures.get((topic.topic_id, p), (code, msg)))
+                                        for p, code, msg in topic.partitions]
+                return results
+            shard = self._active_shard(group_id)
+            records = shard.coordinator.initialize_share_state(group_id, plan.request.partitions)
+            try:
+                await self._settled(self._queue(shard, records))
+            except Exception:
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
+            ok = True
+            return results
+        finally:
+            if not pending.done():
+                pending.set_result(ok)
+
+    async def _initialize_offsets(self, request: StateRequest, offsets: Mapping[tuple[uuid.UUID, int], int]
+                                  ) -> dict[tuple[uuid.UUID, int], tuple[int, str | None]]:
+        """InitializeShareGroupState for each partition with its new start offset; returns
+        the failed ones (error code, message). A persister that raises fails them all."""
+        persister = self._persister()
+        pairs = request.pairs()
+        outcomes = await asyncio.gather(
+            *(persister.initialize_state(request.group_id, t, p, state_epoch=request.state_epoch,
+                                         start_offset=offsets[(t, p)]) for t, p in pairs),
+            return_exceptions=True,
+        )
+        failures = {}
+        for pair, outcome in zip(pairs, outcomes):
+            if isinstance(outcome, BaseException):
+                log.error("resetting the share state of %s-%d for group %s failed: %r", *pair, request.group_id, outcome)
+                failures[pair] = (int(ErrorCode.UNKNOWN_SERVER_ERROR), str(outcome))
+            elif outcome[0] != ErrorCode.NONE:
+                failures[pair] = (int(outcome[0]), outcome[1])
+        return failures
+
+    async def delete_share_group_offsets(self, group_id: str, topic_names: list[str], *,
+                                         invalidate: StateInvalidator | None = None) -> list[DeletedTopic]:
+        """DeleteShareGroupOffsets: delete the share state of whole topics of an empty share
+        group, Kafka's way: the topics' initialized partitions move to deleting, their state
+        is deleted (DeleteShareGroupState), and the topics whose state is gone leave the
+        deleting set. Answers the deleted topics first, then the failed ones. Raises KafkaError
+        for group-level errors (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP, coordinator errors)."""
+        self._active_shard(group_id)
+        await self._initialized(group_id)
+        shard = self._active_shard(group_id)
+        step = shard.coordinator.prepare_offsets_delete(group_id, topic_names)
+        errors = [DeletedTopic(name, None, int(code), msg) for name, code, msg in step.errors]
+        try:
+            await self._settled(self._queue(shard, step.records))
+        except Exception:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
+        if not step.to_delete:
+            return errors
+        pairs = [(t, p) for t, (_, ps) in sorted(step.to_delete.items()) for p in sorted(ps)]
+        try:
+            results = await self._persister().delete_state(group_id, pairs)
+        except Exception as e:
+            log.exception("deleting share state of group %s failed", group_id)
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(e)) from None
+        finally:
+            if invalidate is not None:
+                invalidate(group_id, pairs)
+        deleted, failed = [], []
+        for topic_id, (name, partitions) in sorted(step.to_delete.items(), key=lambda kv: kv[1][0]):
+            codes = [results.get((topic_id, p), (ErrorCode.NONE, None))[0] for p in sorted(partitions)]
+            bad = next((c for c in codes if c), ErrorCode.NONE)
+            if bad:
+                failed.append(DeletedTopic(name, topic_id, int(bad), None))
+            else:
+                deleted.append(DeletedTopic(name, topic_id))
+        if deleted:
+            shard = self._active_shard(group_id)
+            records = shard.coordinator.complete_offsets_delete(group_id, [t.topic_id for t in deleted])
+            try:
+                await self._settled(self._queue(shard, records))
+            except Exception:
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
+        return deleted + errors + failed
 
     def group_settings(self, group_id: str) -> EffectiveGroupConfig:
         """The configs a group runs with: its overrides on the broker's ``group.*`` values.

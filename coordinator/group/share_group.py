@@ -127,6 +127,30 @@ class StatePlan:
 
 
 @dataclass
+class OffsetsAlterPlan:
+    """AlterShareGroupOffsets, first step: records (already applied) moving the partitions to
+    initializing, the InitializeShareGroupState to send (``request``, state epoch = the group
+    epoch; ``offsets`` gives each partition's new start offset), and the per-topic answer
+    ``(topic name, topic id or None, [(partition, error code)])``."""
+
+    records: list[CoordinatorRecord] = field(default_factory=list)
+    request: StateRequest | None = None
+    offsets: dict[tuple[uuid.UUID, int], int] = field(default_factory=dict)
+    results: list[tuple[str, uuid.UUID | None, list[tuple[int, int]]]] = field(default_factory=list)
+
+
+@dataclass
+class OffsetsDeleteStep:
+    """DeleteShareGroupOffsets, first step: records (already applied) moving the topics to
+    deleting, the share partitions whose state to delete, and per-topic errors
+    ``(topic name, error code, message or None for the code's default)``."""
+
+    records: list[CoordinatorRecord] = field(default_factory=list)
+    to_delete: dict[uuid.UUID, tuple[str, frozenset[int]]] = field(default_factory=dict)
+    errors: list[tuple[str, int, str | None]] = field(default_factory=list)
+
+
+@dataclass
 class ExpiryResult:
     """Records for members whose session expired (already applied) and who they were."""
 
@@ -603,6 +627,93 @@ class ShareGroupCoordinator:
         self.replay_all(records)
         self._settled.pop(group_id, None)
         return records
+
+    # ------------------------------------------------------------------ share-group admin
+
+    def share_group(self, group_id: str) -> ShareGroup:
+        """The share group, or KafkaError GROUP_ID_NOT_FOUND with Kafka's messages (those of
+        ``GroupMetadataManager.shareGroup``, which admin requests use)."""
+        if self._foreign_group_type(group_id) is not None:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+        group = self._groups.get(group_id)
+        if group is None:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} not found.")
+        return group
+
+    def describe(self, group_id: str) -> GroupDescription:
+        """ShareGroupDescribe data; raises KafkaError GROUP_ID_NOT_FOUND like ``share_group``."""
+        self.share_group(group_id)
+        return self.describe_group(group_id)
+
+    def initialized_partitions(self, group_id: str) -> dict[uuid.UUID, frozenset[int]]:
+        """The share partitions of the group whose state is initialized (Kafka's
+        ``initializedShareGroupPartitions``): what DescribeShareGroupOffsets lists when asked
+        for all topics. Empty for a group that does not exist."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return {}
+        return {t: ps for t, (_, ps) in group.initialized_topics.items()}
+
+    def prepare_offsets_alter(self, group_id: str, topics: Iterable[tuple[str, Iterable[tuple[int, int]]]],
+                              now_ms: int) -> OffsetsAlterPlan:
+        """AlterShareGroupOffsets (Kafka's ``alterShareGroupOffsets``): ``topics`` is
+        ``(name, [(partition, start offset)])``. A group that does not exist is created (it
+        materialises when the record is replayed), one with members is NON_EMPTY_GROUP, a
+        non-share group GROUP_ID_NOT_FOUND. Partitions of unknown topics, or beyond a topic's
+        partition count, are UNKNOWN_TOPIC_OR_PARTITION; the others become initializing and
+        are to be initialised with their new start offset (state epoch = group epoch)."""
+        if self._foreign_group_type(group_id) is not None:
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
+        group = self._groups.get(group_id) or ShareGroup(group_id)
+        if group.members:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP, "The group is not empty.")
+        plan = OffsetsAlterPlan()
+        change: dict[uuid.UUID, tuple[str, frozenset[int]]] = {}
+        for name, partitions in topics:
+            partitions = list(partitions)
+            topic = self._topics.topic_by_name(name)
+            if topic is None:
+                plan.results.append((name, None, [(p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for p, _ in partitions]))
+                continue
+            rows, valid = [], set()
+            for p, offset in partitions:
+                if 0 <= p < topic.num_partitions:
+                    rows.append((p, ErrorCode.NONE))
+                    valid.add(p)
+                    plan.offsets[(topic.topic_id, p)] = offset
+                else:
+                    rows.append((p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+            plan.results.append((name, topic.topic_id, rows))
+            if valid:
+                _, before = change.get(topic.topic_id, ("", frozenset()))
+                change[topic.topic_id] = (topic.name, before | frozenset(valid))
+        if not change:
+            return plan
+        record = share_state.initializing_record(group, change, self._topics)
+        self.replay(record)
+        plan.records.append(record)
+        for topic_id in change:
+            self._init_since[(group_id, topic_id)] = now_ms
+        plan.request = share_state.request_of(group_id, change, self._groups[group_id].group_epoch)
+        return plan
+
+    def prepare_offsets_delete(self, group_id: str, topic_names: Iterable[str]) -> OffsetsDeleteStep:
+        """DeleteShareGroupOffsets (Kafka's ``initiateDeleteShareGroupOffsets``): raises
+        KafkaError GROUP_ID_NOT_FOUND / NON_EMPTY_GROUP (any member forbids it, whatever it
+        subscribes to); otherwise moves the topics' share partitions to deleting."""
+        group = self.share_group(group_id)
+        if group.members:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP, "The group is not empty.")
+        plan = share_state.offsets_delete_plan(group, topic_names, self._topics, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        records = self._apply(plan.record)
+        for topic_id in plan.to_delete:
+            self._init_since.pop((group_id, topic_id), None)
+        return OffsetsDeleteStep(records, plan.to_delete, plan.errors)
+
+    def complete_offsets_delete(self, group_id: str, topic_ids: Iterable[uuid.UUID]) -> list[CoordinatorRecord]:
+        """The state of ``topic_ids`` is deleted: they leave the deleting set."""
+        group = self._groups.get(group_id)
+        return [] if group is None else self._apply(share_state.offsets_deleted_record(group, topic_ids, self._topics))
 
     def has_group(self, group_id: str) -> bool:
         return group_id in self._groups

@@ -170,3 +170,60 @@ def initialized_partitions(group: ShareGroup | None, topic_id: uuid.UUID, num_pa
     if entry is None:
         return frozenset()
     return frozenset(p for p in entry[1] if p < num_partitions)
+
+
+# --- share-group admin (DeleteShareGroupOffsets) ----------------------------------------------
+
+NO_OFFSET_INFORMATION = "There is no offset information to delete."
+
+
+@dataclass(frozen=True)
+class OffsetsDeletePlan:
+    """Kafka's ``sharePartitionsEligibleForOffsetDeletion``: the record moving the named topics'
+    initialized partitions to deleting, the share partitions whose state to delete (topic id ->
+    (name, partitions)), and per-topic errors ``(topic name, error code, message)``. A message
+    None means the error code's default message."""
+
+    record: CoordinatorRecord | None
+    to_delete: dict[uuid.UUID, tuple[str, frozenset[int]]]
+    errors: list[tuple[str, int, str | None]]
+
+
+def offsets_delete_plan(group: ShareGroup, topic_names: Iterable[str], topics: TopicLookup,
+                        unknown_topic_code: int) -> OffsetsDeletePlan:
+    """Per named topic: one that does not exist is an error; its initialized partitions move to
+    deleting and are deleted; one already deleting (an earlier delete that failed half-way) has
+    all its partitions deleted again; anything else has no offset information to delete. Like
+    Kafka, a group that never had share state answers nothing for any topic, and the record is
+    written whenever the group has share state (even if nothing changed)."""
+    if not group.has_state_metadata:
+        return OffsetsDeletePlan(None, {}, [])
+    initialized = dict(group.initialized_topics)
+    deleting = dict(group.deleting_topics)
+    to_delete: dict[uuid.UUID, tuple[str, frozenset[int]]] = {}
+    errors: list[tuple[str, int, str | None]] = []
+    for name in dict.fromkeys(topic_names):
+        topic = topics.topic_by_name(name)
+        if topic is None:
+            errors.append((name, unknown_topic_code, None))
+        elif topic.topic_id in initialized:
+            to_delete[topic.topic_id] = (topic.name, initialized.pop(topic.topic_id)[1])
+            deleting[topic.topic_id] = topic.name
+        elif topic.topic_id in deleting:
+            to_delete[topic.topic_id] = (topic.name, frozenset(range(topic.num_partitions)))
+        else:
+            errors.append((name, unknown_topic_code, NO_OFFSET_INFORMATION))
+    record = rec.state_partition_metadata(group.group_id, group.initializing_topics, initialized,
+                                          {t: _name(topics, t) for t in deleting})
+    return OffsetsDeletePlan(record, to_delete, errors)
+
+
+def offsets_deleted_record(group: ShareGroup, topic_ids: Iterable[uuid.UUID],
+                           topics: TopicLookup) -> CoordinatorRecord | None:
+    """Kafka's ``completeDeleteShareGroupOffsets``: the topics whose state is gone leave the
+    deleting set (nothing to write for a group without share state)."""
+    if not group.has_state_metadata:
+        return None
+    gone = set(topic_ids)
+    return rec.state_partition_metadata(group.group_id, group.initializing_topics, group.initialized_topics,
+                                        _names(topics, (t for t in group.deleting_topics if t not in gone)))

@@ -1,0 +1,144 @@
+"""``kshare-share-groups`` argument checking (Kafka's ShareGroupCommandOptions messages, one line
+on stderr, exit status 1, nothing sent to any broker) and the parsing of --to-datetime and
+--by-duration."""
+
+from __future__ import annotations
+
+import io
+from datetime import datetime, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.tools.reset_specs import SpecError, parse_datetime, parse_duration
+from broker.tools.share_groups import main
+
+# A port nothing listens on: any attempt to connect fails differently from the expected message.
+NOWHERE = "127.0.0.1:1"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(args), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def bad(*args: str) -> str:
+    """The one stderr line of an invocation that must fail without output."""
+    code, out, err = run(*args)
+    assert (code, out) == (1, ""), (code, out, err)
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    return err.rstrip("\n")
+
+
+B = ("--bootstrap-server", NOWHERE)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--list",), 'Missing required argument "[bootstrap-server]"'),
+    (B, "Command must include exactly one action: --list, --describe, --delete, --reset-offsets, --delete-offsets."),
+    ((*B, "--list", "--describe", "--all-groups"),
+     "Command must include exactly one action: --list, --describe, --delete, --reset-offsets, --delete-offsets."),
+    ((*B, "--describe"), "Option [describe] takes one of these options: [group], [all-groups]"),
+    ((*B, "--describe", "--group", "g", "--members", "--state"),
+     "Option [describe] takes at most one of these options: [members], [offsets], [state]"),
+    ((*B, "--describe", "--group", "g", "--state", "Stable"), "Option [describe] does not take a value for [state]"),
+    ((*B, "--delete"), "Option [delete] takes the options [group] or [all-groups]"),
+    ((*B, "--delete", "--group", "g", "--all-groups"), "Option [delete] takes either [group] or [all-groups], not both."),
+    ((*B, "--delete", "--group", "g", "--topic", "t"), "Option [delete] does not take the option: [topic]"),
+    ((*B, "--delete-offsets", "--group", "g"), "Option [delete-offsets] takes the following options: [group], [topic]"),
+    ((*B, "--delete-offsets", "--topic", "t"), "Option [delete-offsets] takes the following options: [group], [topic]"),
+    ((*B, "--reset-offsets", "--group", "g", "--to-earliest"),
+     "Option [reset-offsets] takes the option: [execute] or [dry-run]"),
+    ((*B, "--reset-offsets", "--group", "g", "--to-earliest", "--execute", "--dry-run"),
+     "Option [reset-offsets] only accepts one of [execute] and [dry-run]"),
+    ((*B, "--reset-offsets", "--to-earliest", "--execute"), "Option [reset-offsets] takes the option: [group]"),
+    ((*B, "--reset-offsets", "--group", "g", "--to-earliest", "--to-latest", "--execute"),
+     'Option "[to-earliest]" can\'t be used with option "[to-latest]"'),
+    ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-01-01T00:00:00.000", "--to-offset", "3",
+      "--dry-run"), 'Option "[to-datetime]" can\'t be used with option "[to-offset]"'),
+    ((*B, "--reset-offsets", "--group", "g", "--execute"),
+     ("Option '[reset-offsets]' requires one of the following scenarios: "
+      "[[to-datetime], [by-duration], [to-earliest], [to-latest], [to-offset]]")),
+    ((*B, "--list", "--group", "g"), 'Option "[group]" can\'t be used with option "[list]"'),
+    ((*B, "--describe", "--group", "g", "--all-groups"), 'Option "[group]" can\'t be used with option "[all-groups]"'),
+    ((*B, "--describe", "--group", "g", "--topic", "t"), 'Option "[topic]" can\'t be used with option "[describe]"'),
+    ((*B, "--list", "--members"), "Option(s) [members] are unavailable given other options on the command line"),
+    ((*B, "--delete", "--group", "g", "--state"),
+     "Option(s) [state] are unavailable given other options on the command line"),
+    ((*B, "--list", "--state", "Stable,Rebalancing"),
+     "Invalid state list 'Stable,Rebalancing'. Valid states are: Dead, Empty, Stable"),
+    ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-01-01", "--execute"),
+     ("Error: Executing share group command failed due to Error parsing timestamp. It does not contain a 'T' "
+      "according to ISO8601 format")),
+    ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-13-01T00:00:00.000", "--execute"),
+     'Error: Executing share group command failed due to Unparseable date: "2020-13-01T00:00:00.000"'),
+    ((*B, "--reset-offsets", "--group", "g", "--by-duration", "3 hours", "--execute"),
+     "Error: Executing share group command failed due to Text cannot be parsed to a Duration"),
+])
+def test_bad_arguments_are_one_line_and_status_1(args, message):
+    assert bad(*args) == message
+
+
+def test_unparseable_values_and_unknown_options_are_usage_errors():
+    assert bad(*B, "--reset-offsets", "--group", "g", "--to-offset", "x", "--execute").startswith(
+        "argument --to-offset: invalid int value")
+    assert "unrecognized arguments: --frobnicate" in bad(*B, "--list", "--frobnicate")
+    assert "expected one argument" in bad(*B, "--describe", "--group")
+
+
+def test_an_unreachable_broker_is_one_error_line():
+    message = bad(*B, "--list")
+    assert message.startswith("Error: Executing share group command failed due to cannot reach any bootstrap server")
+
+
+def test_help_version_and_no_arguments():
+    code, out, err = run("--help")
+    assert code == 0 and err == "" and "--reset-offsets" in out and "--by-duration" in out
+    code, out, err = run("--version")
+    assert code == 0 and out.strip()
+    code, out, err = run()
+    assert code == 1 and out == "" and "--bootstrap-server" in err
+
+
+# --- --to-datetime and --by-duration -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2021-03-04T05:06:07.089", datetime(2021, 3, 4, 5, 6, 7, 89_000, tzinfo=timezone.utc)),  # no zone: UTC
+    ("2021-03-04T05:06:07.089Z", datetime(2021, 3, 4, 5, 6, 7, 89_000, tzinfo=timezone.utc)),
+    ("2021-03-04T07:06:07.5+02:00", datetime(2021, 3, 4, 5, 6, 7, 500_000, tzinfo=timezone.utc)),
+    ("2021-03-04T07:06:07.000+0200", datetime(2021, 3, 4, 5, 6, 7, tzinfo=timezone.utc)),
+    ("2021-03-04T02:06:07.000-03", datetime(2021, 3, 4, 5, 6, 7, tzinfo=timezone.utc)),
+])
+def test_to_datetime_formats(text, expected):
+    assert parse_datetime(text) == int(expected.timestamp() * 1000)
+
+
+@pytest.mark.parametrize("text", ["2021-03-04 05:06:07.000", "2021-03-04T05:06:07", "2021-02-30T00:00:00.000",
+                                  "2021-03-04T05:06:07.000+2"])
+def test_to_datetime_rejects(text):
+    with pytest.raises(SpecError):
+        parse_datetime(text)
+
+
+@pytest.mark.parametrize("text, ms", [
+    ("PT1H", 3_600_000), ("P1D", 86_400_000), ("p2dt3h4m5.5s", ((2 * 24 + 3) * 60 + 4) * 60_000 + 5_500),
+    ("PT0.001S", 1), ("-PT1M", -60_000), ("PT-30S", -30_000), ("PT1H-30M", 1_800_000),
+])
+def test_by_duration_formats(text, ms):
+    assert parse_duration(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "P", "PT", "1H", "PT1X", "P1H", "PT1.5M"])
+def test_by_duration_rejects(text):
+    with pytest.raises(SpecError):
+        parse_duration(text)
+
+
+@given(days=st.integers(0, 400), hours=st.integers(0, 48), minutes=st.integers(0, 120), seconds=st.integers(0, 500),
+       millis=st.integers(0, 999))
+def test_by_duration_adds_its_fields(days, hours, minutes, seconds, millis):
+    text = f"P{days}DT{hours}H{minutes}M{seconds}.{millis:03d}S"
+    assert parse_duration(text) == (((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000 + millis

@@ -27,8 +27,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--override", action="append", default=[], metavar="KEY=VALUE",
         help="set a Kafka broker property; repeatable; wins over --config",
     )
+    ap.add_argument(
+        "--metrics-port", type=int, metavar="PORT",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (HOST: --host, default 127.0.0.1; "
+             "0 picks a free port); off by default",
+    )
     ap.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return ap.parse_args(argv)
+
+
+def metrics_address(args: argparse.Namespace) -> tuple[str, int] | None:
+    """Where to serve metrics: None unless --metrics-port; on --host's interface, else loopback."""
+    if args.metrics_port is None:
+        return None
+    if not 0 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port must be between 0 and 65535, got {args.metrics_port}")
+    return (args.host if args.host is not None else "127.0.0.1", args.metrics_port)
 
 
 def build_config(args: argparse.Namespace) -> BrokerConfig:
@@ -54,7 +68,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(props)
 
 
-async def serve(config: BrokerConfig) -> None:
+async def serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) -> None:
     from .broker import Broker
 
     # Handlers first: once "listening" is printed, SIGTERM must mean a graceful stop.
@@ -62,12 +76,17 @@ async def serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    broker = Broker(config)
+    broker = Broker(config, metrics_address=metrics)
     try:
         host, port = await broker.start()
     except OSError as e:
         await broker.stop()
-        raise StartupError(f"cannot listen on {config['listeners'][0]}: {e.strerror or e}") from None
+        where = config["listeners"][0]
+        if metrics is not None and broker.metrics_bound is None:
+            where = f"metrics port {metrics[0]}:{metrics[1]}"
+        raise StartupError(f"cannot listen on {where}: {e.strerror or e}") from None
+    if broker.metrics_bound is not None:
+        print(f"kshare metrics on {broker.metrics_bound[0]}:{broker.metrics_bound[1]}", flush=True)
     print(f"kshare listening on {host}:{port}", flush=True)
     await stop.wait()
     await broker.stop()
@@ -80,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     try:
         config = build_config(args)
-        uvloop.run(serve(config))
+        uvloop.run(serve(config, metrics_address(args)))
     except ConfigError as e:
         print(f"kshare-broker: {e}", file=sys.stderr)
         return 2

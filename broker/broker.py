@@ -13,10 +13,13 @@ import time
 
 from coordinator.group import runtime as group_runtime
 from coordinator.share import runtime as share_runtime
+from protocol import messages
 
 from .config import BrokerConfig
+from .handlers import REGISTRY
 from .log import FileLogStore, LogConfig, LogStore
 from .meta import load_or_create
+from .metrics import BrokerMetrics
 from .partitions import Partitions
 from .producer_ids import ProducerIdAllocator
 from .server import Server
@@ -28,9 +31,19 @@ from .waiters import Waiters
 log = logging.getLogger("kshare.broker")
 
 
+def _api_names() -> list[tuple[int, str]]:
+    """(API key, Kafka's name for it) of every registered handler, for per-API metrics."""
+    return [(key, messages.APIS[key][1].removesuffix("Request")) for key in REGISTRY]
+
+
 class Broker:
-    def __init__(self, config: BrokerConfig, *, store: LogStore | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, store: LogStore | None = None,
+                 metrics_address: tuple[str, int] | None = None) -> None:
+        """``metrics_address``: (host, port) to serve Prometheus metrics on; None serves none."""
         self.config = config
+        self.metrics_address = metrics_address
+        self.metrics_bound: tuple[str, int] | None = None  # where metrics are served, once started
+        self.metrics = BrokerMetrics(self, _api_names())
         self.data_dir = str(config.data_dir)
         os.makedirs(self.data_dir, exist_ok=True)
         meta = load_or_create(self.data_dir, config["node.id"])
@@ -53,7 +66,8 @@ class Broker:
         self.share_coordinator_runtime = share_runtime.install(self)  # sets self.share_coordinator
         self.share_sessions = ShareSessionCache(config["group.share.max.share.sessions"])
         self.share_manager = SharePartitionManager(
-            self, self.share_coordinator_runtime.persister, settings=self.group_coordinator.group_settings
+            self, self.share_coordinator_runtime.persister, settings=self.group_coordinator.group_settings,
+            stats=self.metrics.share,
         )
         self.group_coordinator.on_member_departed(self._member_departed)
         self.topics.on_change(self._share_topic_changed)
@@ -108,6 +122,9 @@ class Broker:
         host, port = self.config.listener_address()
         await self.share_coordinator_runtime.start()
         await self.group_coordinator.start()
+        if self.metrics_address is not None:
+            self.metrics_bound = await self.metrics.serve(*self.metrics_address)
+            self.server.request_metrics = self.metrics.requests  # before the first connection
         bound_host, bound_port = await self.server.start(host, port)
         if port == 0 or not self.config["advertised.listeners"]:
             self.port = bound_port  # port 0 (tests): advertise the port the OS picked
@@ -123,6 +140,7 @@ class Broker:
         log.info("shutting down: finishing in-flight requests")
         self.partitions.begin_shutdown()
         await self.server.stop()
+        await self.metrics.close()
         await self.group_coordinator.stop()
         await self.share_manager.close()
         await self.share_coordinator_runtime.stop()

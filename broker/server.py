@@ -151,6 +151,7 @@ class Connection(asyncio.Protocol):
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        metrics = self.server.request_metrics  # None unless the metrics endpoint is served
         try:
             while not self._closed:
                 if not self._frames:
@@ -165,6 +166,8 @@ class Connection(asyncio.Protocol):
                     self._reading_paused = False
                     self.transport.resume_reading()
                 self.busy = True
+                if metrics is not None:
+                    started = time.perf_counter()
                 try:
                     parts = await self._handle(frame)
                 finally:
@@ -172,8 +175,12 @@ class Connection(asyncio.Protocol):
                 if parts is not None and not self._closed:
                     self.transport.writelines(parts)
                     self.last_active = time.monotonic()
+                    if metrics is not None:
+                        metrics.record(frame, parts, time.perf_counter() - started)
                     if self._writable is not None and not self._writable.done():
                         await self._writable
+                elif metrics is not None:  # acks=0, or the client went away meanwhile
+                    metrics.record(frame, None, time.perf_counter() - started)
         except CloseConnection:
             pass
         except asyncio.CancelledError:
@@ -247,6 +254,8 @@ class Server:
         self.max_request_bytes: int = cfg["socket.request.max.bytes"]
         self.idle_ms: int = cfg["connections.max.idle.ms"]
         self.connections: set[Connection] = set()
+        # Per-API request metrics (broker/metrics.py), set while the metrics endpoint is served.
+        self.request_metrics = None
         self.stopping = False
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None

@@ -17,15 +17,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 _LISTENING = re.compile(r"kshare listening on (\S+):(\d+)")
+_METRICS = re.compile(r"kshare metrics on (\S+):(\d+)")
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, log_level: str = "INFO") -> None:
+    def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, log_level: str = "INFO",
+                 extra_args: list[str] | None = None) -> None:
+        """``extra_args``: more command-line flags, e.g. ``["--metrics-port", "0"]``."""
         self.data_dir = Path(data_dir)
         self.overrides = dict(overrides or {})
         self.log_level = log_level
+        self.extra_args = list(extra_args or [])
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
+        self.metrics_address: tuple[str, int] | None = None  # from "kshare metrics on host:port"
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}-broker.log"
         self._log_file = None
 
@@ -43,6 +48,7 @@ class BrokerProcess:
         ]
         for k, v in self.overrides.items():
             cmd += ["--override", f"{k}={v}"]
+        cmd += self.extra_args
         self._log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self._log_file, env={**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -51,7 +57,10 @@ class BrokerProcess:
 
         def read_stdout() -> None:
             for raw in self.proc.stdout:
-                m = _LISTENING.search(raw.decode(errors="replace"))
+                line = raw.decode(errors="replace")
+                if (mm := _METRICS.search(line)) is not None:
+                    self.metrics_address = (mm.group(1), int(mm.group(2)))  # printed before "listening"
+                m = _LISTENING.search(line)
                 if m and not found.is_set():
                     self.port = int(m.group(2))
                     found.set()

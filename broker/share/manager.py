@@ -23,6 +23,7 @@ from coordinator.group.configs import EffectiveGroupConfig, effective
 from protocol.errors import ErrorCode, KafkaError
 
 from ..log import OffsetOutOfRange
+from ..metrics import ShareGroupStats, SharePartitionStats, per_topic
 from ..partitions import data_key
 from .offset_reset import resolve_start_offset
 from .partition import AcquireResult, SharePartition, ShareStateError, Transition
@@ -74,9 +75,9 @@ class PartitionFetch:
 
 
 class _Leader:
-    """A SharePartition with its timer handle; ``loaded`` completes once state is loaded."""
+    """A SharePartition with its timer handle and metrics; ``loaded`` completes once state is loaded."""
 
-    __slots__ = ("key", "sp", "topic", "timer", "loaded")
+    __slots__ = ("key", "sp", "topic", "timer", "loaded", "stats")
 
     def __init__(self, key: Key, topic: str) -> None:
         self.key = key
@@ -84,6 +85,7 @@ class _Leader:
         self.sp: SharePartition | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.loaded: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.stats = SharePartitionStats()
 
 
 class SharePartitionManager:
@@ -93,8 +95,11 @@ class SharePartitionManager:
         persister: Persister,
         *,
         settings: Callable[[str], EffectiveGroupConfig] | None = None,
+        stats: ShareGroupStats | None = None,
     ) -> None:
+        """``stats``: where share-group metrics are counted (broker/metrics.py)."""
         self.broker = broker
+        self.stats = stats if stats is not None else ShareGroupStats()
         self.persister = persister
         cfg = broker.config
         self.max_delivery_count: int = cfg["group.share.delivery.count.limit"]
@@ -128,9 +133,11 @@ class SharePartitionManager:
         leader = self._leaders.get(key)
         if leader is None:
             leader = self._leaders[key] = _Leader(key, topic)
+            started = time.perf_counter()
             try:
                 leader.sp = await self._load(key, topic)
                 leader.loaded.set_result(None)
+                self.stats.partition_load_ms.observe((time.perf_counter() - started) * 1000)
             except BaseException as e:
                 if self._leaders.get(key) is leader:  # (an admin request may have dropped it meanwhile)
                     del self._leaders[key]
@@ -191,6 +198,13 @@ class SharePartitionManager:
     ) -> dict[tuple[UUID, int], PartitionFetch]:
         """Acquire records for ``member_id`` from ``partitions`` ((topic id, partition, topic name),
         in the order to serve them), long-polling up to MaxWaitMs until MinBytes are available."""
+        results = await self._fetch(group_id, member_id, partitions, params)
+        self.stats.share_requests(self.stats.fetch_requests, per_topic(
+            (topic, f.error_code if (f := results.get((topic_id, p))) is not None else 0)
+            for topic_id, p, topic in partitions))
+        return results
+
+    async def _fetch(self, group_id, member_id, partitions, params: FetchParams):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(params.max_wait_ms, 0) / 1000
         results: dict[tuple[UUID, int], PartitionFetch] = {}
@@ -265,7 +279,9 @@ class SharePartitionManager:
             records_left -= res.count
             if res.ranges:
                 out[(topic_id, p)] = PartitionFetch(records=rr.views(res.batch_start, res.batch_end), acquired=res.ranges)
-                self._arm(self._leaders[(group_id, topic_id, p)])
+                leader = self._leaders[(group_id, topic_id, p)]
+                leader.stats.acquired += res.count
+                self._arm(leader)
             else:
                 out[(topic_id, p)] = PartitionFetch()
         return out
@@ -278,22 +294,34 @@ class SharePartitionManager:
         """Apply each partition's batches atomically; answers after the state is persisted."""
         results: dict[tuple[UUID, int], tuple[int, str | None]] = {}
         pending = []
+        topics: list[tuple[str, int]] = []  # (topic, error code) per partition, for metrics
+        stats = self.stats
         for (topic_id, p), batches in acks.items():
             leader = self._leaders.get((group_id, topic_id, p))
             if leader is None or leader.sp is None:
                 results[(topic_id, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+                topic = self.broker.topics.by_id(topic_id)
+                if topic is not None:
+                    topics.append((topic.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             t = leader.sp.acknowledge(member_id, batches)
             if t.error_code:
                 results[(topic_id, p)] = (t.error_code, None)
+                topics.append((leader.topic, t.error_code))
             elif t.pending:
-                pending.append(((topic_id, p), leader, t))
+                pending.append(((topic_id, p), leader, t, batches))
             else:
                 results[(topic_id, p)] = (ErrorCode.NONE, None)
+                topics.append((leader.topic, ErrorCode.NONE))
+                stats.records_acknowledged(batches)
                 self._arm(leader)  # a renew moved the lock deadline
-        outcomes = await asyncio.gather(*(self._persist(leader, t) for _, leader, t in pending))
-        for (tp, _, _), outcome in zip(pending, outcomes):
+        outcomes = await asyncio.gather(*(self._persist(leader, t) for _, leader, t, _ in pending))
+        for (tp, leader, _, batches), outcome in zip(pending, outcomes):
             results[tp] = outcome
+            topics.append((leader.topic, outcome[0]))
+            if not outcome[0]:
+                stats.records_acknowledged(batches)
+        stats.share_requests(stats.ack_requests, per_topic(topics))
         return results
 
     async def release(self, group_id: str, member_id: str, partitions=None) -> None:
@@ -360,6 +388,7 @@ class SharePartitionManager:
         self._arm(leader)
         if t is None:
             return
+        leader.stats.lock_timeouts += sum(last - first + 1 for first, last, _, _ in t.state_batches)
         group_id, topic_id, p = leader.key
         self.broker.waiters.notify(share_key(group_id, topic_id, p))
         if t.needs_write:
@@ -388,6 +417,7 @@ class SharePartitionManager:
                 if leader.timer is not None:
                     leader.timer.cancel()
                 del self._leaders[key]
+                self.stats.forget_topic(leader.topic)
 
     def forget_share_state(self, group_id: str, partitions=None) -> None:
         """The share-partition state of ``group_id`` was replaced or deleted by an admin request
@@ -406,6 +436,11 @@ class SharePartitionManager:
                 leader.timer = None
             del self._leaders[key]
             self.broker.waiters.notify(share_key(*key))
+
+    def metrics_view(self):
+        """(group, topic, partition, SharePartition, SharePartitionStats) of every loaded share
+        partition; read at scrape time."""
+        return [(k[0], l.topic, k[2], l.sp, l.stats) for k, l in self._leaders.items() if l.sp is not None]
 
     def share_partitions(self, group_id: str | None = None):
         """(key, SharePartition) of loaded share partitions, for describe and metrics."""

@@ -894,6 +894,11 @@ class Coordinators:
     def group_ids(self) -> list[str]:
         return sorted(g for s in self._runtime._active_shards() for g in s.coordinator.group_ids())
 
+    def group_summaries(self) -> list[tuple[str, str, int]]:
+        """``(group id, state, member count)`` of the share groups of the loaded shards, read
+        when metrics are scraped (groups of a shard still loading are not counted yet)."""
+        return [row for s in self._runtime._active_shards() for row in s.coordinator.group_summaries()]
+
     def list_groups(self, states: Iterable[str] | None = None) -> list[tuple[str, str]]:
         states = None if states is None else list(states)
         return sorted(g for s in self._runtime._active_shards() for g in s.coordinator.list_groups(states))

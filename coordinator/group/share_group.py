@@ -725,6 +725,10 @@ class ShareGroupCoordinator:
         group = self._groups.get(group_id)
         return STATE_DEAD if group is None else group.state
 
+    def group_summaries(self) -> list[tuple[str, str, int]]:
+        """``(group id, state, member count)`` of every share group (for metrics)."""
+        return [(gid, g.state, len(g.members)) for gid, g in self._groups.items()]
+
     def list_groups(self, states: Iterable[str] | None = None) -> list[tuple[str, str]]:
         """``(group id, state)`` for every share group, optionally only the given states
         (compared case-insensitively, as ListGroups does)."""

@@ -1,0 +1,179 @@
+"""Prometheus metrics without sockets to Kafka clients: the counters' arithmetic, the CLI flag,
+and the HTTP endpoint of an in-process broker (what it serves, and that it is off by default).
+The end-to-end values after real share consumption are in test_metrics_e2e.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from broker import __main__ as cli
+from broker.broker import Broker
+from broker.config import BrokerConfig, ConfigError
+from broker.log.memory import MemoryLogStore
+from broker.metrics import (
+    ACK_TYPE_NAMES,
+    SIZE_BUCKETS_BYTES,
+    TIME_BUCKETS_MS,
+    Histogram,
+    RequestMetrics,
+    ShareGroupStats,
+    per_topic,
+)
+
+# --- counters -----------------------------------------------------------------------------------------
+
+
+@given(st.lists(st.floats(min_value=0, max_value=1e6, allow_nan=False)))
+def test_histogram_buckets_are_cumulative_and_inclusive(values):
+    h = Histogram(TIME_BUCKETS_MS)
+    for v in values:
+        h.observe(v)
+    cum = h.cumulative()
+    assert [le for le, _ in cum] == [repr(float(b)) for b in TIME_BUCKETS_MS] + ["+Inf"]
+    for (le, n), bound in zip(cum, TIME_BUCKETS_MS):
+        assert n == sum(1 for v in values if v <= bound), le
+    assert cum[-1][1] == h.count == len(values)
+    assert h.sum == pytest.approx(sum(values))
+
+
+def test_request_metrics_index_by_the_frames_api_key():
+    rm = RequestMetrics([(0, "Produce"), (78, "ShareFetch")])
+    frame = bytearray(b"\x00\x4e\x00\x01" + b"\x00" * 96)  # ShareFetch v1, 100 bytes
+    head = bytearray(b"\x00\x00\x00\x1c" + b"\x00" * 4)  # size prefix: 28 bytes follow it
+    rm.record(frame, [head, b"x" * 24], 0.0123)
+    rm.record(bytearray(b"\x00\x00\x00\x09" + b"\x00" * 16), None, 0.0004)  # Produce acks=0
+    sf, produce = rm.by_key[78], rm.by_key[0]
+    assert (sf.name, sf.time_ms.count, sf.time_ms.sum) == ("ShareFetch", 1, pytest.approx(12.3))
+    assert (sf.request_bytes.sum, sf.response_bytes.sum, sf.response_bytes.count) == (100, 28, 1)
+    assert dict(sf.time_ms.cumulative())["10.0"] == 0 and dict(sf.time_ms.cumulative())["25.0"] == 1
+    assert (produce.time_ms.count, produce.request_bytes.sum, produce.response_bytes.count) == (1, 20, 0)
+    assert [s.name for s in rm.apis()] == ["Produce", "ShareFetch"]
+    assert len(SIZE_BUCKETS_BYTES) + 1 == len(sf.request_bytes.counts)
+
+
+@given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20), st.booleans(),
+                          st.lists(st.integers(0, 4), min_size=1, max_size=1))))
+def test_records_acknowledged_counts_every_record_by_its_type(specs):
+    """One type per batch or one per offset; the counts are a per-record tally either way."""
+    stats = ShareGroupStats()
+    batches, expected = [], [0] * len(ACK_TYPE_NAMES)
+    for first, extra, per_offset, (t,) in specs:
+        last = first + extra
+        if per_offset:
+            types = [(t + i) % 5 for i in range(extra + 1)]
+        else:
+            types = [t]
+        batches.append((first, last, types))
+        for o in range(first, last + 1):
+            expected[types[o - first] if per_offset else t] += 1
+    stats.records_acknowledged(batches)
+    assert stats.acknowledged == expected
+
+
+def test_share_requests_count_each_topic_once_per_request():
+    stats = ShareGroupStats()
+    stats.share_requests(stats.fetch_requests, per_topic([("a", 0), ("a", 3), ("b", 0), ("a", 0)]))
+    stats.share_requests(stats.fetch_requests, per_topic([("b", 0)]))
+    assert stats.fetch_requests == {"a": [1, 1], "b": [2, 0]}
+    stats.forget_topic("a")
+    assert stats.fetch_requests == {"b": [2, 0]}
+
+
+# --- the command line ---------------------------------------------------------------------------------
+
+
+def test_metrics_are_off_unless_a_port_is_given_and_bind_where_host_says():
+    assert cli.metrics_address(cli.parse_args([])) is None
+    assert cli.metrics_address(cli.parse_args(["--metrics-port", "0"])) == ("127.0.0.1", 0)
+    assert cli.metrics_address(cli.parse_args(["--host", "0.0.0.0", "--metrics-port", "9404"])) == ("0.0.0.0", 9404)
+    with pytest.raises(ConfigError):
+        cli.metrics_address(cli.parse_args(["--metrics-port", "70000"]))
+
+
+# --- the endpoint of an in-process broker -------------------------------------------------------------
+
+
+def _config(tmp_path) -> BrokerConfig:
+    return BrokerConfig({
+        "log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
+        "offsets.topic.num.partitions": "2", "share.coordinator.state.topic.num.partitions": "2",
+    })
+
+
+async def _http(host: str, port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(request)
+    data = await asyncio.wait_for(reader.read(), 10)  # the server closes after one answer
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split(" ")[1]), headers, body
+
+
+def samples(text: str) -> dict:
+    """{(sample name, frozenset of labels): value} of a text-format scrape."""
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+async def test_the_endpoint_serves_metrics_on_get_and_head_only(tmp_path):
+    b = Broker(_config(tmp_path), store=MemoryLogStore(), metrics_address=("127.0.0.1", 0))
+    await b.start()
+    try:
+        host, port = b.metrics_bound
+        assert b.server.request_metrics is b.metrics.requests
+        status, headers, body = await _http(host, port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 200 and headers["content-type"].startswith("text/plain; version=0.0.4")
+        assert int(headers["content-length"]) == len(body)
+        got = samples(body.decode())
+        assert got[("kafka_server_group_coordinator_metrics_share_group_count", frozenset({("state", "Stable")}))] == 0
+        assert got[("kafka_network_requestmetrics_requests_total", frozenset({("request", "ShareFetch")}))] == 0
+        assert ("process_cpu_seconds_total", frozenset()) in got
+        status, headers, body = await _http(host, port, b"HEAD /metrics HTTP/1.0\r\n\r\n")
+        assert (status, body) == (200, b"") and int(headers["content-length"]) > 0
+        status, headers, body = await _http(
+            host, port, b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n")
+        assert headers["content-type"].startswith("application/openmetrics-text") and body.endswith(b"# EOF\n")
+        assert (await _http(host, port, b"GET /other HTTP/1.1\r\n\r\n"))[0] == 404
+        assert (await _http(host, port, b"POST /metrics HTTP/1.1\r\n\r\n"))[0] == 405
+        assert (await _http(host, port, b"nonsense\r\n\r\n"))[0] == 400
+    finally:
+        await b.stop()
+    with pytest.raises(OSError):
+        await asyncio.open_connection(host, port)  # stopped with the broker
+
+
+def readme_metric_names() -> set[str]:
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    start = text.index("\n## Metrics\n")
+    section = text[start:text.index("\n## ", start + 1)]
+    return set(re.findall(r"^\| `(kafka_\w+)` \|", section, re.M))
+
+
+async def test_the_readme_lists_exactly_the_kafka_series_served(tmp_path):
+    b = Broker(_config(tmp_path), store=MemoryLogStore(), metrics_address=("127.0.0.1", 0))
+    await b.start()
+    try:
+        served = {m.name + ("_total" if m.type == "counter" else "") for m in b.metrics.registry.collect()}
+    finally:
+        await b.stop()
+    assert {n for n in served if n.startswith("kafka_")} == readme_metric_names()
+
+
+async def test_without_a_metrics_address_nothing_listens_and_requests_are_not_timed(tmp_path):
+    b = Broker(_config(tmp_path), store=MemoryLogStore())
+    await b.start()
+    try:
+        assert b.metrics_bound is None and not b.metrics.serving
+        assert b.server.request_metrics is None
+    finally:
+        await b.stop()

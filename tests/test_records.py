@@ -330,7 +330,7 @@ def test_check_batch_accepts_compacted_gaps():
         (raw_record(0) + raw_record(3), 2, 2, "out of order"),  # delta beyond lastOffsetDelta
         (raw_record(0, length_adjust=1), 1, 0, "size"),  # record length too long
         (raw_record(0, length_adjust=-1) + b"\x00", 1, 0, "size"),  # record length too short
-        (raw_record(0)[:-1], 1, 0, ""),  # cut inside the last record
+        (raw_record(0)[:-1], 1, 0, "bytes left"),  # cut inside the last record
         (b"\x16\x00\x00\x00\x02k\x02v\x02\x03\x00\x00", 1, 0, "header key size"),  # key length -2
         (b"\x10\x00\x00\x00\x02k\x02v\x01", 1, 0, "number of record headers"),  # count -1
     ],

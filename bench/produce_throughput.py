@@ -27,15 +27,8 @@ sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 
+from bench._common import peak_rss_mb  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
-
-
-def peak_rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def one_run(bootstrap: str, topic: str, records: int, size: int, compression: str) -> float:

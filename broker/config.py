@@ -204,6 +204,14 @@ _DEFS: list[ConfigDef] = [
        internal=True),
     _d("share.coordinator.load.buffer.size", INT, 5 * 1024 * 1024,
        "Bytes read at a time while loading __share_group_state.", at_least=1),
+    # kshare's own: checkpoints of the loaded share state, so that a start after a crash
+    # reads only the records after the latest one (coordinator.share.checkpoint).
+    _d("kshare.share.coordinator.state.checkpoint.interval.ms", INT, 5000,
+       "How often due __share_group_state checkpoints are written; 0 writes none.", at_least=0,
+       internal=True),
+    _d("kshare.share.coordinator.state.checkpoint.min.records", INT, 1000,
+       "Records a load would read (at least the partition's key count) before a checkpoint is due.",
+       at_least=1, internal=True),
     # kshare's own: which persister share-partition leaders use (in-process, or the state
     # RPCs over a loopback connection, as a multi-broker deployment would).
     _d("kshare.share.persister", STRING, "in-process", "Persister of share-partition leaders.",

@@ -372,3 +372,41 @@ def test_acknowledged_appends_survive_kill_9(tmp_path):
         (h,) = check_batches(bytes(res.chunks[0]))
         assert (h.base_offset, h.last_offset, h.max_timestamp) == (first, last, i)
     close(store)
+
+
+# -- the validating scan's inline checks ---------------------------------------------------------
+
+
+def _scan_stops_at(buf: bytes) -> str | None:
+    from broker.log.recovery import _iter_batches, _Stop
+    from broker.log.segment import MemorySegmentData
+
+    data = MemorySegmentData()
+    data.write(buf, 0)
+    stop = _Stop()
+    list(_iter_batches(data, 0, len(buf), True, stop))
+    return stop.error
+
+
+@pytest.mark.parametrize("field, value", [
+    (16, 1), (16, 3), (17, 0), (22, 0x07), (22, 0x20), (23, 0xFF), (26, 0x00), (57, 0x80), (60, 0x09),
+    (40, 0x55), (61, 0x00),
+])
+def test_the_validating_scan_refuses_exactly_what_check_batch_refuses(field, value):
+    """Recovery checks batches inline and asks check_batch only for the error of a bad one:
+    a damaged byte anywhere gives the verdict (and message) of check_batch."""
+    from protocol.records import CorruptRecordError, check_batch, set_crc
+
+    good = bytes(make_batch(3, tag=1, value_size=20))
+    for recrc in (False, True):  # damage the CRC too, or repair it to reach the later checks
+        bad = bytearray(good)
+        bad[field] = value
+        if recrc:
+            set_crc(bad, 0)
+        try:
+            check_batch(bytes(bad))
+            expected = None
+        except CorruptRecordError as e:
+            expected = str(e)
+        assert _scan_stops_at(bytes(bad)) == expected
+    assert _scan_stops_at(good) is None

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import logging
 
+from crc32c import crc32c
+
+from protocol.compression import ZSTD
 from protocol.records import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_MASK,
+    CONTROL_FLAG,
     HEADER,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -46,26 +52,39 @@ def _iter_batches(data, pos: int, end: int, validate: bool, stop: _Stop):
     where and why in ``stop``.
     """
     chunk = SCAN_CHUNK
+    unpack = HEADER.unpack_from
+    make = BatchHeader._make
     while pos < end:
         buf = data.read(pos, min(chunk, end - pos))
+        view = memoryview(buf)
         n = len(buf)
         q = 0
         size = 0
         while n - q >= HEADER_SIZE:
-            h = BatchHeader._make(HEADER.unpack_from(buf, q))
-            if h.batch_length < _MIN_BATCH_LENGTH:
-                stop.pos, stop.error = pos + q, f"batch length {h.batch_length} too small"
+            t = unpack(buf, q)
+            length = t[1]
+            if length < _MIN_BATCH_LENGTH:
+                stop.pos, stop.error = pos + q, f"batch length {length} too small"
                 return
-            size = h.batch_length + LOG_OVERHEAD
+            size = length + LOG_OVERHEAD
             if q + size > n:
                 break
-            if validate:
+            # check_batch's checks inline (magic, CRC, codec, counts); a batch failing any
+            # of them goes through check_batch itself for its exact error.
+            if validate and not (
+                t[3] == 2
+                and crc32c(view[q + ATTRIBUTES_OFFSET:q + size]) == t[4]
+                and t[5] & COMPRESSION_MASK <= ZSTD
+                and t[12] >= 0
+                and t[6] >= 0
+                and (t[5] & CONTROL_FLAG or not t[12] or t[6] >= t[12] - 1)
+            ):
                 try:
                     check_batch(buf, q)
                 except CorruptRecordError as e:
                     stop.pos, stop.error = pos + q, str(e)
                     return
-            yield pos + q, h
+            yield pos + q, make(t)
             q += size
         if q == 0:
             if n < HEADER_SIZE:

@@ -59,6 +59,9 @@ class LogJournal:
         self.clock_ms = clock_ms
         # (partition, last offset) of appends that must be fsynced before they are answered.
         self._to_flush: set[tuple[int, int]] = set()
+        # Records appended per partition: the state checkpoints check that every record the
+        # log gained since a load came from here (``checkpoint.Checkpointer``).
+        self.appended: dict[int, int] = {}
 
     def encode(self, records: list[CoordinatorRecord]) -> bytearray:
         """One batch holding ``records`` (base offset 0; the log assigns the real one)."""
@@ -80,6 +83,7 @@ class LogJournal:
         info = self.partitions.append(lg, batch, [parse_header(batch)])
         if info.needs_flush:
             self._to_flush.add((partition, info.last_offset))
+        self.appended[partition] = self.appended.get(partition, 0) + info.last_offset + 1 - info.first_offset
         return list(range(info.first_offset, info.last_offset + 1))
 
     async def sync(self, partition: int, offsets: list[int]) -> None:

@@ -8,6 +8,10 @@ decoded in the pass; the shard replays a key's values when a request first needs
 (``LoadedKey.records``), and answers a summary from the snapshot and the last updates'
 fixed-size fields (``LoadedKey.summary``) without combining any batches.
 
+A state checkpoint (``checkpoint``) may seed the pass with its result for the records below
+some offset; the pass then reads only from there, and a key may start from the entry the
+checkpoint holds (``LoadedKey.base``) instead of a snapshot.
+
 The pass reads the segments from the log start offset with plain reads (the log was already
 recovered and validated at start-up) and walks uncompressed batches inline; compressed
 batches go through ``iter_records``, control batches are skipped, records of unknown types
@@ -28,10 +32,12 @@ from protocol.primitives import DecodeError
 from protocol.records import CorruptRecordError, iter_records
 from protocol.varint import VarintError, read_varint, read_varlong
 
-from .shard import SharePartitionKey
+from .shard import KeyEntry, SharePartitionKey
 
 if TYPE_CHECKING:
     from broker.log import PartitionLog
+
+    from .checkpoint import Checkpoint
 
 __all__ = ["LoadError", "LoadedKey", "PartitionLoader", "decode_value"]
 
@@ -63,16 +69,21 @@ class LoadedKey:
     """A key's records from its latest snapshot on, as raw values, not replayed yet.
 
     ``snapshot`` is that snapshot's value, or None when the key's records start with an
-    update (after a tombstone); ``updates`` are the ShareUpdate values after it, in order.
+    update (after a tombstone) or with ``base``, the entry a state checkpoint holds for the
+    records before; ``updates`` are the ShareUpdate values after it, in order. ``body`` is
+    the key as the log holds it, without its record type.
     """
 
-    __slots__ = ("_summary", "first_offset", "key", "snapshot", "updates")
+    __slots__ = ("_summary", "base", "body", "first_offset", "key", "snapshot", "updates")
 
-    def __init__(self, key: SharePartitionKey, first_offset: int, snapshot: bytes | None, updates: list[bytes]):
+    def __init__(self, key: SharePartitionKey, first_offset: int, snapshot: bytes | None, updates: list[bytes],
+                 base: KeyEntry | None = None, body: bytes | None = None):
         self.key = key
         self.first_offset = first_offset
         self.snapshot = snapshot
         self.updates = updates
+        self.base = base
+        self.body = body
         self._summary: tuple[int, int, int, int] | None = None
 
     def records(self) -> Iterator[tuple]:
@@ -90,7 +101,11 @@ class LoadedKey:
         if self._summary is not None:
             return self._summary
         updates = self.updates
-        if self.snapshot is not None:
+        if self.base is not None:
+            st = self.base.state
+            state_epoch, leader, start, dcc = st.state_epoch, st.leader_epoch, st.start_offset, st.delivery_complete_count
+            rest = updates
+        elif self.snapshot is not None:
             base = decode_value(ShareSnapshotValue, self.snapshot)
             state_epoch, leader, start, dcc = (base.state_epoch, base.leader_epoch, base.start_offset,
                                                base.delivery_complete_count)
@@ -118,16 +133,19 @@ class PartitionLoader:
     """Reads one state partition, a buffer at a time (``step``), into ``LoadedKey``s.
 
     Call ``step()`` until it returns False (the event loop may run between calls), then
-    ``result()``.
+    ``result()``. With ``seed`` (a checkpoint validated against ``lg``) the pass starts at its
+    offset from its keys; the caller owns the fallback to a full pass if ``result`` fails.
     """
 
-    def __init__(self, lg: PartitionLog, buffer_size: int = 5 << 20) -> None:
+    def __init__(self, lg: PartitionLog, buffer_size: int = 5 << 20, seed: Checkpoint | None = None) -> None:
         self.lg = lg
         self.buffer_size = max(buffer_size, _HEADER_SIZE)
-        self.start_offset = lg.start_offset
-        self.records = 0  # records read from the log start offset on
-        # key bytes without their 2-byte type -> [first offset, snapshot value | None, *update values]
-        self._keys: dict[bytes, list] = {}
+        self.seed_offset = None if seed is None else seed.offset
+        self.start_offset = lg.start_offset if seed is None else seed.offset
+        self.records = 0  # records read from the start offset on
+        # key bytes without their 2-byte type ->
+        #   [first offset, snapshot value | checkpointed KeyEntry | None, *update values]
+        self._keys: dict[bytes, list] = {} if seed is None else seed.keys
         self._chunks = self._read_chunks()
 
     def _read_chunks(self) -> Iterator[None]:
@@ -165,13 +183,20 @@ class PartitionLoader:
     def result(self) -> tuple[dict[SharePartitionKey, LoadedKey], int]:
         """The loaded keys and the offset of the last record read (-1 if none)."""
         out: dict[SharePartitionKey, LoadedKey] = {}
+        log_start = self.lg.start_offset
         for body, entry in self._keys.items():
             try:
                 k = ShareSnapshotKey.from_bytes(body, 0)
             except DecodeError as e:
                 raise LoadError(f"unreadable share coordinator key {body[:64]!r}: {e}") from None
             key = SharePartitionKey(k.group_id, k.topic_id, k.partition)
-            out[key] = LoadedKey(key, entry[0], entry[1], entry[2:])
+            first, slot = entry[0], entry[1]
+            if first < log_start:  # only from a seed: the log no longer holds what it read
+                raise LoadError(f"{key} needs offset {first}, below the log start offset {log_start}")
+            if isinstance(slot, KeyEntry):
+                out[key] = LoadedKey(key, first, None, entry[2:], slot, body)
+            else:
+                out[key] = LoadedKey(key, first, slot, entry[2:], None, body)
         return out, self.lg.end_offset - 1
 
     # --- the pass -------------------------------------------------------------------------------

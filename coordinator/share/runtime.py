@@ -18,6 +18,12 @@
 - **Pruning.** Every ``share.coordinator.state.topic.prune.interval.ms`` each partition's log
   start offset is moved up to the shard's ``last_redundant_offset`` (the oldest record some key
   still needs), which deletes the segments wholly below it.
+- **Checkpoints.** Every ``kshare.share.coordinator.state.checkpoint.interval.ms`` a partition
+  that a load would have to read many records of gets a state checkpoint beside its log
+  (``checkpoint``): the loader's result up to the log end, written once the log is fsynced
+  there. A load seeds from a valid checkpoint and scans only the records after it; an invalid
+  one is deleted with a warning and the partition is read from its log start. kshare's own
+  file: the records of the topic are exactly Kafka's either way.
 - **Stopping.** Before the logs close, every key with updates since its last snapshot gets a
   fresh ShareSnapshot (what Kafka writes for cold partitions: same state, snapshot epoch + 1)
   and the partitions are pruned, so the next start reads about one record per key. Not a
@@ -40,8 +46,9 @@ from persister.in_process import InProcessPersister
 from persister.network import NetworkPersister
 from protocol.coordinator_serde import SHARE_GROUP_STATE_TOPIC
 
+from .checkpoint import Checkpointer, load_partition
 from .journal import LogJournal
-from .loader import LoadError, PartitionLoader
+from .loader import LoadError
 from .service import ShareCoordinatorService
 
 if TYPE_CHECKING:
@@ -80,6 +87,12 @@ class ShareCoordinatorRuntime:
         )
         self.prune_interval_s = cfg["share.coordinator.state.topic.prune.interval.ms"] / 1000
         self.load_buffer_size = cfg["share.coordinator.load.buffer.size"]
+        self.checkpoint_interval_s = cfg["kshare.share.coordinator.state.checkpoint.interval.ms"] / 1000
+        self.checkpointer = Checkpointer(
+            self.service, self.journal, lambda p: broker.store.get(SHARE_GROUP_STATE_TOPIC, p),
+            min_records=cfg["kshare.share.coordinator.state.checkpoint.min.records"],
+            logs_flushed=getattr(broker.store, "checkpoint", None),
+        )
         if cfg["kshare.share.persister"] == "network":
             self.persister = NetworkPersister(lambda: (broker.host, broker.port),
                                               should_retry=lambda: not broker.server.stopping)
@@ -88,6 +101,7 @@ class ShareCoordinatorRuntime:
         self._load_task: asyncio.Task | None = None
         self._prune_task: asyncio.Task | None = None
         self._replay_task: asyncio.Task | None = None
+        self._checkpoint_task: asyncio.Task | None = None
         self._cleanups: set[asyncio.Task] = set()
         self._topic_ids = {t.name: t.topic_id for t in broker.topics}
         broker.topics.on_change(self._topic_changed)
@@ -107,6 +121,8 @@ class ShareCoordinatorRuntime:
         loop = asyncio.get_running_loop()
         self._load_task = loop.create_task(self._load_all(topic.partitions))
         self._prune_task = loop.create_task(self._prune_loop())
+        if self.checkpoint_interval_s > 0:
+            self._checkpoint_task = loop.create_task(self._checkpoint_loop())
         done, _ = await asyncio.wait({self._load_task}, timeout=STARTUP_LOAD_WAIT_S)
         if not done:
             log.info("loading %s continues in the background: %d partition(s) left",
@@ -115,16 +131,19 @@ class ShareCoordinatorRuntime:
     async def stop(self) -> None:
         if self._cleanups:
             await asyncio.gather(*self._cleanups, return_exceptions=True)
-        for task in (self._load_task, self._prune_task, self._replay_task):
+        for task in (self._load_task, self._prune_task, self._replay_task, self._checkpoint_task):
             if task is not None:
                 task.cancel()
                 try:
                     await task
                 except asyncio.CancelledError:
                     pass
-        self._load_task = self._prune_task = self._replay_task = None
+        self._load_task = self._prune_task = self._replay_task = self._checkpoint_task = None
+        await self.checkpointer.idle()
         if self.service.active:
             await self.snapshot_and_prune()
+            if self.checkpoint_interval_s > 0:
+                await self.checkpointer.run_once()
         self.service.active = False
         if isinstance(self.persister, NetworkPersister):
             await self.persister.close()
@@ -158,7 +177,7 @@ class ShareCoordinatorRuntime:
 
     async def _load_all(self, partitions: int) -> None:
         t0 = time.monotonic()
-        keys = records = 0
+        keys = records = seeded = 0
         for p in range(partitions):
             lg = self.broker.store.get(SHARE_GROUP_STATE_TOPIC, p)
             if lg is None:
@@ -166,10 +185,7 @@ class ShareCoordinatorRuntime:
                 self.service.set_failed(p)
                 continue
             try:
-                loader = PartitionLoader(lg, self.load_buffer_size)
-                while loader.step():
-                    await asyncio.sleep(0)
-                loaded, last_offset = loader.result()
+                loader, (loaded, last_offset) = await load_partition(lg, self.load_buffer_size)
             except LoadError as e:
                 log.error("cannot load %s-%d, it is not coordinated: %s", SHARE_GROUP_STATE_TOPIC, p, e)
                 self.service.set_failed(p)
@@ -180,12 +196,15 @@ class ShareCoordinatorRuntime:
                 continue
             self.service.shards.pop(p, None)
             self.service.shard(p).load(loaded, last_offset)
+            self.checkpointer.loaded(p, lg, loader.seed_offset)
             self.service.set_loaded(p)
             keys += len(loaded)
             records += loader.records
+            seeded += loader.seed_offset is not None
             await asyncio.sleep(0)
-        log.info("loaded %s: %d key(s) from %d record(s) in %.3f s",
-                 SHARE_GROUP_STATE_TOPIC, keys, records, time.monotonic() - t0)
+        log.info("loaded %s: %d key(s) from %d record(s) in %.3f s%s",
+                 SHARE_GROUP_STATE_TOPIC, keys, records, time.monotonic() - t0,
+                 f" ({seeded} partition(s) from a checkpoint)" if seeded else "")
         if self.loaded is not None:
             self.loaded.set()
         self._replay_task = asyncio.get_running_loop().create_task(self._replay_pending())
@@ -210,7 +229,15 @@ class ShareCoordinatorRuntime:
         if n:
             log.info("replayed %d loaded key(s) in the background in %.3f s", n, time.monotonic() - t0)
 
-    # --- pruning and snapshots ------------------------------------------------------------------
+    # --- checkpoints, pruning and snapshots -----------------------------------------------------
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.checkpoint_interval_s)
+            try:
+                await self.checkpointer.run_once()
+            except Exception:
+                log.exception("checkpointing %s failed", SHARE_GROUP_STATE_TOPIC)
 
     async def _prune_loop(self) -> None:
         while True:

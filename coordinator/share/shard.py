@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Iterable, NamedTuple, Protocol
+from typing import Callable, Iterable, Iterator, NamedTuple, Protocol
 from uuid import UUID
 
 from protocol.coordinator_records.share_snapshot_key import ShareSnapshotKey
@@ -51,7 +51,7 @@ from .combiner import StateBatch, combine
 
 __all__ = [
     "SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_CONFIG", "SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_DEFAULT",
-    "SharePartitionKey", "SharePartitionState", "KeyEntry", "CoordinatorRecord", "PendingKey",
+    "SharePartitionKey", "SharePartitionState", "KeyEntry", "CoordinatorRecord", "PendingKey", "LoadView",
     "ShareCoordinatorShard",
 ]
 
@@ -122,14 +122,45 @@ class PendingKey(Protocol):
     """A key read from the log but not replayed yet (``coordinator.share.loader``)."""
 
     first_offset: int  # offset of its oldest record still needed (its latest snapshot)
+    # The entry replaying the records up to some offset built (from a state checkpoint), or
+    # None: ``records`` then start from its latest snapshot (or first update).
+    base: KeyEntry | None
 
     def records(self) -> Iterable[tuple]:
-        """Its decoded (key, value) records in log order, from that snapshot on."""
+        """Its decoded (key, value) records in log order after ``base`` (from that snapshot on)."""
         ...
 
     def summary(self) -> tuple[int, int, int, int]:
         """(state epoch, leader epoch, start offset, delivery-complete count) after them."""
         ...
+
+
+class LoadView:
+    """A shard's keys as loading the log up to ``last_offset`` would build them.
+
+    ``items()`` yields, per key, the offset of its oldest needed record and either its entry
+    (with the fences a load rebuilds) or, if it was not replayed yet, its pending records.
+    Entries and pending keys are never mutated, so the view stays valid while the shard moves
+    on and may be walked a slice at a time."""
+
+    __slots__ = ("_entries", "_fences", "_needed", "_pending", "last_offset")
+
+    def __init__(self, last_offset: int, entries: dict, pending: dict, needed: dict, fences: dict) -> None:
+        self.last_offset = last_offset
+        self._entries, self._pending, self._needed, self._fences = entries, pending, needed, fences
+
+    def __len__(self) -> int:
+        return len(self._entries) + len(self._pending)
+
+    def items(self) -> Iterator[tuple[SharePartitionKey, int, KeyEntry | PendingKey]]:
+        needed, fences = self._needed, self._fences
+        for key, e in self._entries.items():
+            f = fences.get(key)
+            if f is not None:
+                e = replace(e, leader_epoch_fence=f[0], state_epoch_fence=f[1])
+            yield key, needed[key], e
+        for key, p in self._pending.items():
+            yield key, needed[key], p
 
 
 class _PartitionError(Exception):
@@ -238,6 +269,10 @@ class ShareCoordinatorShard:
         # Pruning: per key, the log offset of its latest snapshot (or of its first record if
         # it began with an update). Everything below the minimum has been superseded.
         self._needed_from: dict[SharePartitionKey, int] = {}
+        # The fences a load from the log would rebuild (from the key's latest snapshot on),
+        # for the keys whose live fences are higher because of older records: a state
+        # checkpoint holds what a load would build (``load_view``).
+        self._load_fences: dict[SharePartitionKey, tuple[int | None, int | None]] = {}
         self._last_offset = -1
 
     # ------------------------------------------------------------------ inspection
@@ -258,6 +293,10 @@ class ShareCoordinatorShard:
         """Every key with state, replayed or pending."""
         return [*self._entries, *self._pending]
 
+    def key_count(self) -> int:
+        """Keys with state, replayed or pending."""
+        return len(self._entries) + len(self._pending)
+
     def pending_count(self) -> int:
         return len(self._pending)
 
@@ -271,6 +310,7 @@ class ShareCoordinatorShard:
         if e is None and self._pending:
             pending = self._pending.get(key)
             if pending is not None:
+                e = getattr(pending, "base", None)
                 for k, v in pending.records():  # a record that does not decode raises: the key stays pending
                     e = _apply(e, k, v)
                 del self._pending[key]
@@ -301,6 +341,7 @@ class ShareCoordinatorShard:
         """
         for key, p in pending.items():
             self._entries.pop(key, None)
+            self._load_fences.pop(key, None)
             self._pending[key] = p
             self._needed_from[key] = p.first_offset
         if last_offset > self._last_offset:
@@ -318,12 +359,36 @@ class ShareCoordinatorShard:
         if after is None:
             self._entries.pop(k, None)
             self._needed_from.pop(k, None)
+            self._load_fences.pop(k, None)
         else:
             self._entries[k] = after
             if isinstance(key, ShareSnapshotKey) or before is None:
                 self._needed_from[k] = offset
+            if before is not None:
+                self._note_load_fences(k, before, after, key, value)
+            else:  # a key's first record: what a load builds too
+                self._load_fences.pop(k, None)
         if offset > self._last_offset:
             self._last_offset = offset
+
+    def _note_load_fences(self, k: SharePartitionKey, before: KeyEntry, after: KeyEntry, key, value) -> None:
+        """Track the fences a load would rebuild where they differ from the live ones (which
+        also remember the epochs of records before the key's latest snapshot)."""
+        if isinstance(key, ShareSnapshotKey):
+            fences = (value.leader_epoch, value.state_epoch)
+        else:
+            leader, state = self._load_fences.get(k, (before.leader_epoch_fence, before.state_epoch_fence))
+            fences = (_max(leader, value.leader_epoch), state)
+        if fences == (after.leader_epoch_fence, after.state_epoch_fence):
+            self._load_fences.pop(k, None)
+        else:
+            self._load_fences[k] = fences
+
+    def load_view(self) -> LoadView:
+        """What loading the log up to its end would build, for a state checkpoint (see
+        ``LoadView``). Takes shallow copies only: O(keys) at C speed."""
+        return LoadView(self._last_offset, dict(self._entries), dict(self._pending),
+                        dict(self._needed_from), dict(self._load_fences))
 
     def last_redundant_offset(self) -> int | None:
         """Records below this offset are superseded: the log may be truncated up to it.

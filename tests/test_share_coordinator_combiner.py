@@ -83,3 +83,28 @@ def test_higher_delivery_count_then_state_wins_the_overlap():
     # Equal neighbours join into one batch.
     assert combine([StateBatch(0, 10, AVAILABLE, 1)], [StateBatch(11, 20, AVAILABLE, 1)], -1) == [
         StateBatch(0, 20, AVAILABLE, 1)]
+
+
+@st.composite
+def normal_state(draw):
+    """A long state as combine returns it: sorted, disjoint, equal neighbours joined."""
+    out, offset = [], draw(st.integers(0, 5))
+    for _ in range(draw(st.integers(8, 30))):
+        offset += draw(st.integers(0, 2))
+        b = StateBatch(offset, offset + draw(st.integers(0, 3)),
+                       draw(st.sampled_from([AVAILABLE, 1, ACKNOWLEDGED, ARCHIVED])), draw(st.integers(0, 3)))
+        offset = b.last_offset + 1
+        if out and out[-1].last_offset + 1 == b.first_offset and out[-1][2:] == b[2:]:
+            out[-1] = out[-1]._replace(last_offset=b.last_offset)
+        else:
+            out.append(b)
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(normal_state(), batches, starts)
+def test_a_long_normal_state_spliced_matches_brute_force(current, new, start):
+    """Long current states take the splice path; it must give what sweeping everything gives."""
+    got = combine(current, new, start)
+    if len(current) + len(new) >= 2 or not got:
+        assert got == brute_force(current, new, start)

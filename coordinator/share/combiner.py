@@ -12,11 +12,17 @@ result independent of the order writes are folded in (a replay can never reorder
 
 The result is pruned below the start offset (a batch straddling it is cut), sorted, and has
 neighbours with the same state and count joined into one batch.
+
+A share partition with many released or rejected records holds hundreds of state batches and
+each write touches a few of them, so a long current state that is already in that form (as
+every result here is) is not swept again: only its batches overlapping or touching the new
+ones are, and the rest is spliced around them.
 """
 
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, bisect_right
 from typing import Iterable, NamedTuple
 
 __all__ = ["StateBatch", "combine", "AVAILABLE", "ACQUIRED", "ACKNOWLEDGED", "ARCHIVING", "ARCHIVED"]
@@ -35,8 +41,51 @@ class StateBatch(NamedTuple):
     delivery_count: int
 
 
+SPLICE_ABOVE = 8  # current states at least this long are spliced, not swept whole
+
+
 def combine(current: Iterable[StateBatch], new: Iterable[StateBatch], start_offset: int) -> list[StateBatch]:
     """Fold ``new`` into ``current``; ``start_offset == -1`` means "do not prune"."""
+    current = current if isinstance(current, (tuple, list)) else tuple(current)
+    new = new if isinstance(new, (tuple, list)) else tuple(new)
+    if new and len(current) >= SPLICE_ABOVE and _normal(current):
+        return _splice(current, new, start_offset)
+    return _sweep(current, new, start_offset)
+
+
+def _normal(batches) -> bool:
+    """Sorted, disjoint, neighbours of equal state and count joined: what ``combine`` returns."""
+    for x, y in zip(batches, batches[1:]):
+        if x.last_offset >= y.first_offset or (x.last_offset + 1 == y.first_offset and x[2:] == y[2:]):
+            return False
+    return True
+
+
+def _splice(current, new, start_offset: int) -> list[StateBatch]:
+    """``_sweep`` over the batches of a normal ``current`` that overlap or touch ``new`` only."""
+    if start_offset != -1:
+        k = bisect_left(current, start_offset, key=_last)
+        current = current[k:]
+        if current and current[0].first_offset < start_offset:
+            current = [current[0]._replace(first_offset=start_offset), *current[1:]]
+    lo = min(b.first_offset for b in new) - 1
+    hi = max(b.last_offset for b in new) + 1
+    i = bisect_left(current, lo, key=_last)
+    j = max(bisect_right(current, hi, key=_first), i)
+    # No joins at the seams: the batches just outside [lo, hi] keep their state next to
+    # batches that, in a normal state, already differ from them or do not touch them.
+    return [*current[:i], *_sweep(current[i:j], new, start_offset), *current[j:]]
+
+
+def _first(b: StateBatch) -> int:
+    return b.first_offset
+
+
+def _last(b: StateBatch) -> int:
+    return b.last_offset
+
+
+def _sweep(current, new, start_offset: int) -> list[StateBatch]:
     batches = []
     for b in (*current, *new):
         first, last = b.first_offset, b.last_offset

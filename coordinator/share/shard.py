@@ -224,13 +224,18 @@ def _snapshot_record(key: SharePartitionKey, state: SharePartitionState) -> Coor
 
 
 class _Overlay:
-    """The shard's entries as they will be once this request's records are replayed."""
+    """The shard's entries as they will be once this request's records are replayed.
 
-    __slots__ = ("_lookup", "_changed")
+    Each record's resulting entry is staged on the shard, so that ``replay``, which runs
+    right after the append, takes it instead of combining the same batches again."""
 
-    def __init__(self, lookup: Callable[[SharePartitionKey], KeyEntry | None]) -> None:
-        self._lookup = lookup
+    __slots__ = ("_lookup", "_changed", "_staged")
+
+    def __init__(self, shard: ShareCoordinatorShard) -> None:
+        self._lookup = shard._get
         self._changed: dict[SharePartitionKey, KeyEntry | None] = {}
+        self._staged = shard._staged
+        self._staged.clear()
 
     def get(self, key: SharePartitionKey) -> KeyEntry | None:
         if key in self._changed:
@@ -238,7 +243,10 @@ class _Overlay:
         return self._lookup(key)
 
     def record(self, key: SharePartitionKey, record: CoordinatorRecord, out: list) -> None:
-        self._changed[key] = _apply(self.get(key), record.key, record.value)
+        before = self.get(key)
+        after = self._changed[key] = _apply(before, record.key, record.value)
+        if record.value is not None:
+            self._staged[id(record.value)] = (record.value, before, after)
         out.append(record)
 
 
@@ -273,6 +281,8 @@ class ShareCoordinatorShard:
         # for the keys whose live fences are higher because of older records: a state
         # checkpoint holds what a load would build (``load_view``).
         self._load_fences: dict[SharePartitionKey, tuple[int | None, int | None]] = {}
+        # Entries computed by the request in progress, keyed by id(record value) (``_Overlay``).
+        self._staged: dict[int, tuple] = {}
         self._last_offset = -1
 
     # ------------------------------------------------------------------ inspection
@@ -355,7 +365,11 @@ class ShareCoordinatorShard:
             return
         k = SharePartitionKey(key.group_id, key.topic_id, key.partition)
         before = self._get(k)
-        after = _apply(before, key, value)
+        staged = self._staged.pop(id(value), None)
+        if staged is not None and staged[0] is value and staged[1] is before:
+            after = staged[2]  # what the request computed from this very state
+        else:
+            after = _apply(before, key, value)
         if after is None:
             self._entries.pop(k, None)
             self._needed_from.pop(k, None)
@@ -449,7 +463,7 @@ class ShareCoordinatorShard:
         response = init_rsp.InitializeShareGroupStateResponse()
         if not request.group_id:
             return records, response
-        overlay = _Overlay(self._get)
+        overlay = _Overlay(self)
         for topic in request.topics:
             result = init_rsp.InitializeStateResult(topic.topic_id)
             for p in topic.partitions:
@@ -485,7 +499,7 @@ class ShareCoordinatorShard:
         response = write_rsp.WriteShareGroupStateResponse()
         if not request.group_id:
             return records, response
-        overlay = _Overlay(self._get)
+        overlay = _Overlay(self)
         for topic in request.topics:
             result = write_rsp.WriteStateResult(topic.topic_id)
             for p in topic.partitions:
@@ -524,7 +538,7 @@ class ShareCoordinatorShard:
         response = read_rsp.ReadShareGroupStateResponse()
         if not request.group_id:
             return records, response
-        overlay = _Overlay(self._get)
+        overlay = _Overlay(self)
         for topic in request.topics:
             result = read_rsp.ReadStateResult(topic.topic_id)
             for p in topic.partitions:
@@ -593,7 +607,7 @@ class ShareCoordinatorShard:
         response = delete_rsp.DeleteShareGroupStateResponse()
         if not request.group_id:
             return records, response
-        overlay = _Overlay(self._get)
+        overlay = _Overlay(self)
         for topic in request.topics:
             result = delete_rsp.DeleteStateResult(topic.topic_id)
             for p in topic.partitions:

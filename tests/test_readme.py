@@ -15,7 +15,7 @@ from tests.broker_process import ROOT
 
 README = ROOT / "README.md"
 START_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e . && .venv/bin/kshare-broker"
-TEST_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev]' && .venv/bin/python -m pytest -q"
+TEST_COMMAND = "python3 -m venv .venv && .venv/bin/pip install -e '.[dev,spark]' && .venv/bin/python -m pytest -q"
 
 
 def readme() -> str:

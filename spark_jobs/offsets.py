@@ -1,0 +1,147 @@
+"""Which offsets a batch read covers, and how it is cut into Spark input partitions (pure).
+
+The options follow Spark's own Kafka source so that a job can switch between the two:
+``startingOffsets`` / ``endingOffsets`` are ``earliest``, ``latest`` or JSON such as
+``{"topic": {"0": 23, "1": -2}}`` where -2 means earliest and -1 latest. As in Spark's batch
+queries, a read cannot start at ``latest`` nor end at ``earliest``; partitions the JSON leaves
+out start at earliest and end at latest.
+
+A topic-partition's range ``[start, end)`` becomes one input partition, or several when it
+holds more than ``max_offsets_per_split`` offsets or when ``min_partitions`` asks for more
+splits than there are topic-partitions (Spark's ``minPartitions``: the largest ranges are cut
+first, in proportion to their size).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import NamedTuple
+
+__all__ = ["EARLIEST", "LATEST", "OffsetRange", "parse_offsets", "resolve_offsets", "split_ranges"]
+
+EARLIEST = -2
+LATEST = -1
+
+
+class OffsetRange(NamedTuple):
+    """Offsets ``start <= offset < end`` of one topic-partition."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.end - self.start)
+
+
+def parse_offsets(text: str | None, default: int) -> int | dict[str, dict[int, int]]:
+    """``earliest`` / ``latest`` as EARLIEST / LATEST, or the per-partition JSON as
+    ``{topic: {partition: offset}}``; ``None`` or empty gives ``default``."""
+    if text is None or not text.strip():
+        return default
+    word = text.strip().lower()
+    if word == "earliest":
+        return EARLIEST
+    if word == "latest":
+        return LATEST
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"offsets must be earliest, latest or JSON like {{\"topic\":{{\"0\":23}}}}: {e}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"offsets JSON must be an object of topics, got {text!r}")
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in raw.items():
+        if not isinstance(parts, dict):
+            raise ValueError(f"offsets of topic {topic!r} must be an object of partition -> offset")
+        try:
+            out[topic] = {int(p): int(o) for p, o in parts.items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"offsets of topic {topic!r} must map partition numbers to integers") from None
+    return out
+
+
+def resolve_offsets(
+    spec: int | dict[str, dict[int, int]],
+    topic: str,
+    earliest: dict[int, int],
+    latest: dict[int, int],
+    *,
+    ending: bool,
+    fail_on_data_loss: bool = True,
+) -> dict[int, int]:
+    """Concrete offsets per partition of ``topic`` (the keys of ``latest``).
+
+    ``earliest`` / ``latest`` are the log start and end offsets now. A starting offset below
+    the log start is lost data: an error, or moved up to the log start when
+    ``fail_on_data_loss`` is off (Spark's ``failOnDataLoss``). An offset past the log end is
+    always an error.
+    """
+    if isinstance(spec, int):
+        chosen = {p: spec for p in latest}
+    else:
+        given = spec.get(topic, {})
+        unknown = sorted(set(given) - set(latest))
+        if unknown:
+            raise ValueError(f"topic {topic!r} has no partition(s) {unknown}")
+        chosen = {p: given.get(p, LATEST if ending else EARLIEST) for p in latest}
+    out = {}
+    for p, o in chosen.items():
+        lo, hi = earliest[p], latest[p]
+        if o == EARLIEST:
+            if ending:
+                raise ValueError("ending offsets cannot be earliest (-2) in a batch read")
+            o = lo
+        elif o == LATEST:
+            if not ending:
+                raise ValueError("starting offsets cannot be latest (-1) in a batch read")
+            o = hi
+        elif o < 0:
+            raise ValueError(f"invalid offset {o} for {topic}-{p}: use -2 (earliest), -1 (latest) or >= 0")
+        if o > hi:
+            raise ValueError(f"offset {o} of {topic}-{p} is past its log end offset {hi}")
+        if o < lo:
+            if fail_on_data_loss and not ending:
+                raise ValueError(
+                    f"offset {o} of {topic}-{p} is below its log start offset {lo}: records were "
+                    "deleted (set failOnDataLoss=false to start at the log start instead)")
+            o = lo
+        out[p] = o
+    return out
+
+
+def split_ranges(ranges: list[OffsetRange], max_offsets_per_split: int | None = None,
+                 min_partitions: int | None = None) -> list[OffsetRange]:
+    """Cut ``ranges`` into input partitions; empty ranges are dropped. Pieces of one range
+    are contiguous, in order, and differ in size by at most one offset."""
+    ranges = [r for r in ranges if r.size > 0]
+    if max_offsets_per_split is not None and max_offsets_per_split < 1:
+        raise ValueError("max offsets per split must be at least 1")
+    pieces = {r: 1 for r in ranges}
+    if max_offsets_per_split:
+        for r in ranges:
+            pieces[r] = math.ceil(r.size / max_offsets_per_split)
+    total = sum(r.size for r in ranges)
+    if min_partitions and sum(pieces.values()) < min_partitions and total:
+        for r in ranges:
+            want = max(1, math.floor(r.size * min_partitions / total))
+            pieces[r] = min(r.size, max(pieces[r], want))
+        # Rounding down can leave a few short: cut the ranges with the biggest pieces again.
+        while sum(pieces.values()) < min_partitions:
+            r = max(ranges, key=lambda x: x.size / pieces[x])
+            if r.size <= pieces[r]:
+                break
+            pieces[r] += 1
+    out = []
+    for r in ranges:
+        n = pieces[r]
+        step, extra = divmod(r.size, n)
+        start = r.start
+        for i in range(n):
+            end = start + step + (1 if i < extra else 0)
+            out.append(OffsetRange(r.topic, r.partition, start, end))
+            start = end
+    return out

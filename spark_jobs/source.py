@@ -1,0 +1,268 @@
+"""PySpark 4 Python data sources that read topics over the Kafka protocol.
+
+``kshare-kafka`` yields Kafka records with the columns of Spark's own Kafka source (key, value,
+topic, partition, offset, timestamp, timestampType, headers). ``kshare-share-state`` reads
+``__share_group_state`` (or a copy of it) and yields its records decoded into typed rows
+(``state_rows.STATE_SCHEMA``). Both plan the same way::
+
+    spark.read.format("kshare-kafka")
+        .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+        .option("subscribe", "orders")                       # or "topic"; comma-separated
+        .option("startingOffsets", "earliest")               # or JSON {"orders": {"0": 42}}
+        .option("endingOffsets", "latest")                   # or JSON, -1 = latest
+        .load()
+
+Planning (on the driver) asks each partition's leader for its log start and end offsets,
+resolves the options (``offsets.resolve_offsets``) and makes one input partition per
+topic-partition range, split when it holds more than ``maxOffsetsPerSplit`` offsets
+(default 1,000,000) or when ``minPartitions`` asks for more. Each task fetches its range from the
+partition's leader and hands Spark Arrow record batches. Other options: ``failOnDataLoss``
+(default true), ``fetchMaxBytes`` (default 8 MiB per Fetch), ``batchRows`` (rows per Arrow batch).
+
+``kshare-share-state`` decodes the fetched batches column-wise (``StateRowBuilder.add_raw``):
+numpy reads the records' framing and the values' fixed layout, Python only walks the batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from protocol.coordinator_serde import SHARE_GROUP_STATE_TOPIC
+
+from .kafka_io import Cluster
+from .offsets import EARLIEST, LATEST, OffsetRange, parse_offsets, resolve_offsets, split_ranges
+from .state_rows import STATE_SCHEMA, StateRowBuilder
+
+__all__ = ["KafkaSource", "ShareStateSource", "KAFKA_SCHEMA", "RangePartition", "register", "plan_ranges",
+           "read_state_range", "source_options"]
+
+KAFKA_SCHEMA = StructType([
+    StructField("key", BinaryType()),
+    StructField("value", BinaryType()),
+    StructField("topic", StringType()),
+    StructField("partition", IntegerType()),
+    StructField("offset", LongType()),
+    StructField("timestamp", TimestampType()),
+    StructField("timestampType", IntegerType()),  # 0 CreateTime, 1 LogAppendTime
+    StructField("headers", ArrayType(StructType([
+        StructField("key", StringType()),
+        StructField("value", BinaryType()),
+    ]))),
+])
+_KAFKA_ARROW_SCHEMA = to_arrow_schema(KAFKA_SCHEMA, timezone="UTC")
+
+DEFAULT_MAX_OFFSETS_PER_SPLIT = 1_000_000
+DEFAULT_FETCH_MAX_BYTES = 8 << 20
+DEFAULT_BATCH_ROWS = 50_000
+
+
+class RangePartition(InputPartition):
+    """One Spark input partition: offsets ``[start, end)`` of one topic-partition."""
+
+    def __init__(self, r: OffsetRange) -> None:
+        super().__init__(r)
+        self.range = r
+
+
+class _Options:
+    """The source options, validated on the driver and shipped to the tasks."""
+
+    def __init__(self, options, default_topic: str | None) -> None:
+        opts = {str(k).lower(): v for k, v in dict(options).items()}
+        self.bootstrap = opts.get("kafka.bootstrap.servers") or opts.get("bootstrap.servers")
+        if not self.bootstrap:
+            raise ValueError("option kafka.bootstrap.servers (host:port[,host:port...]) is required")
+        topics = opts.get("subscribe") or opts.get("topic") or default_topic
+        if not topics:
+            raise ValueError("option subscribe (or topic) is required")
+        self.topics = [t.strip() for t in topics.split(",") if t.strip()]
+        self.starting = parse_offsets(opts.get("startingoffsets"), EARLIEST)
+        self.ending = parse_offsets(opts.get("endingoffsets"), LATEST)
+        self.fail_on_data_loss = str(opts.get("failondataloss", "true")).lower() != "false"
+        self.max_offsets_per_split = int(opts.get("maxoffsetspersplit", DEFAULT_MAX_OFFSETS_PER_SPLIT))
+        self.min_partitions = int(opts["minpartitions"]) if opts.get("minpartitions") else None
+        self.fetch_max_bytes = int(opts.get("fetchmaxbytes", DEFAULT_FETCH_MAX_BYTES))
+        self.batch_rows = int(opts.get("batchrows", DEFAULT_BATCH_ROWS))
+
+
+def source_options(options: dict, default_topic: str | None = SHARE_GROUP_STATE_TOPIC) -> _Options:
+    """The options of a read, validated as ``spark.read.format(...).option(...)`` would."""
+    return _Options(options, default_topic)
+
+
+def plan_ranges(opts: _Options) -> list[OffsetRange]:
+    """The offset ranges of a read, split into input partitions (asks the brokers)."""
+    ranges = []
+    with Cluster(opts.bootstrap) as cluster:
+        for topic in opts.topics:
+            earliest, latest = cluster.offset_bounds(topic)
+            start = resolve_offsets(opts.starting, topic, earliest, latest, ending=False,
+                                    fail_on_data_loss=opts.fail_on_data_loss)
+            end = resolve_offsets(opts.ending, topic, earliest, latest, ending=True)
+            for p in sorted(latest):
+                if start[p] > end[p]:
+                    raise ValueError(f"{topic}-{p}: starting offset {start[p]} is after ending offset {end[p]}")
+                ranges.append(OffsetRange(topic, p, start[p], end[p]))
+    return split_ranges(ranges, opts.max_offsets_per_split, opts.min_partitions)
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, opts: _Options) -> None:
+        self.opts = opts
+
+    def partitions(self) -> list[InputPartition]:
+        ranges = plan_ranges(self.opts)
+        return [RangePartition(r) for r in ranges] or [InputPartition(None)]
+
+    def _records(self, partition) -> Iterator:
+        r = getattr(partition, "range", None)
+        if r is None:
+            return
+        with Cluster(self.opts.bootstrap) as cluster:
+            yield from cluster.read_range(r, max_bytes=self.opts.fetch_max_bytes,
+                                          fail_on_data_loss=self.opts.fail_on_data_loss)
+
+
+class _KafkaReader(_Reader):
+    def read(self, partition) -> Iterator[pa.RecordBatch]:
+        cols = _KafkaColumns()
+        for header, records in self._records(partition):
+            cols.add(partition.range.topic, partition.range.partition, header, records)
+            if cols.n >= self.opts.batch_rows:
+                yield cols.take()
+        if cols.n:
+            yield cols.take()
+
+
+class _ShareStateReader(_Reader):
+    def read(self, partition) -> Iterator[pa.RecordBatch]:
+        r = getattr(partition, "range", None)
+        if r is None:
+            return
+        yield from read_state_range(self.opts, r)
+
+
+def read_state_range(opts: _Options, r: OffsetRange) -> Iterator[pa.RecordBatch]:
+    """One input partition of ``kshare-share-state``: the state rows of ``r`` as Arrow batches
+    of at most ``batchRows`` rows (decoded column-wise from the fetched batches)."""
+    rows = StateRowBuilder()
+    size = opts.batch_rows
+    with Cluster(opts.bootstrap) as cluster:
+        for buf, pos, stop, offset, starts in cluster.read_range_raw(r, max_bytes=opts.fetch_max_bytes,
+                                                                     fail_on_data_loss=opts.fail_on_data_loss):
+            rows.add_raw(r.partition, buf, pos, stop, offset, r.end, starts)
+            if rows.n >= size:
+                yield from _slices(rows.take(), size)
+    if rows.n:
+        yield from _slices(rows.take(), size)
+
+
+def _slices(batch: pa.RecordBatch, size: int) -> Iterator[pa.RecordBatch]:
+    """``batch`` in pieces of at most ``size`` rows (zero-copy)."""
+    for i in range(0, batch.num_rows, max(1, size)):
+        yield batch.slice(i, size)
+
+
+class KafkaSource(DataSource):
+    """``spark.read.format("kshare-kafka")``: the records of any topic."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kshare-kafka"
+
+    def schema(self) -> StructType:
+        return KAFKA_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _KafkaReader(_Options(self.options, None))
+
+
+class ShareStateSource(DataSource):
+    """``spark.read.format("kshare-share-state")``: ``__share_group_state`` (or the topic named
+    by ``subscribe`` / ``topic``, e.g. a copy) decoded into typed state rows."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "kshare-share-state"
+
+    def schema(self) -> StructType:
+        return STATE_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _ShareStateReader(_Options(self.options, SHARE_GROUP_STATE_TOPIC))
+
+
+class _KafkaColumns:
+    """Kafka records as the columns of ``KAFKA_SCHEMA``."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self.n = 0
+        self.keys: list = []
+        self.values: list = []
+        self.topics: list = []
+        self.partitions: list = []
+        self.offsets: list = []
+        self.timestamps: list = []
+        self.timestamp_types: list = []
+        self.header_offsets = [0]
+        self.header_keys: list = []
+        self.header_values: list = []
+
+    def add(self, topic: str, partition: int, header, records) -> None:
+        ts_type = 1 if header.log_append_time else 0
+        n = len(records)
+        self.topics.extend([topic] * n)
+        self.partitions.extend([partition] * n)
+        self.timestamp_types.extend([ts_type] * n)
+        hk, hv, ho = self.header_keys, self.header_values, self.header_offsets
+        for rec in records:
+            self.keys.append(rec.key)
+            self.values.append(rec.value)
+            self.offsets.append(rec.offset)
+            self.timestamps.append(rec.timestamp * 1000)
+            for k, v in rec.headers:
+                hk.append(k)
+                hv.append(v)
+            ho.append(len(hk))
+        self.n += n
+
+    def take(self) -> pa.RecordBatch:
+        s = _KAFKA_ARROW_SCHEMA
+        headers_type = s.field("headers").type
+        entry = headers_type.value_type
+        headers = pa.ListArray.from_arrays(
+            pa.array(self.header_offsets, pa.int32()),
+            pa.StructArray.from_arrays([pa.array(self.header_keys, entry[0].type),
+                                        pa.array(self.header_values, entry[1].type)], fields=list(entry)),
+            type=headers_type)
+        arrays = [
+            pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
+            pa.array(self.topics, pa.string()), pa.array(self.partitions, pa.int32()),
+            pa.array(self.offsets, pa.int64()), pa.array(self.timestamps, s.field("timestamp").type),
+            pa.array(self.timestamp_types, pa.int32()), headers,
+        ]
+        self._reset()
+        return pa.RecordBatch.from_arrays(arrays, schema=s)
+
+
+def register(spark) -> None:
+    """Make both formats available to ``spark.read.format(...)``."""
+    spark.dataSource.register(KafkaSource)
+    spark.dataSource.register(ShareStateSource)

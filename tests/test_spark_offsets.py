@@ -1,0 +1,82 @@
+"""Offset options and input-partition planning of the Kafka data source (pure, no Spark)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spark_jobs.offsets import EARLIEST, LATEST, OffsetRange, parse_offsets, resolve_offsets, split_ranges
+
+
+def test_parse_words_json_and_defaults():
+    assert parse_offsets(None, EARLIEST) == EARLIEST
+    assert parse_offsets("  ", LATEST) == LATEST
+    assert parse_offsets("Earliest", LATEST) == EARLIEST
+    assert parse_offsets("latest", EARLIEST) == LATEST
+    assert parse_offsets('{"t": {"0": 23, "1": -2}, "u": {"3": -1}}', EARLIEST) == {"t": {0: 23, 1: -2}, "u": {3: -1}}
+    for bad in ("soonest", "[1, 2]", '{"t": 5}', '{"t": {"x": 1}}', '{"t": {"0": "a"}}'):
+        with pytest.raises(ValueError):
+            parse_offsets(bad, EARLIEST)
+
+
+def test_resolve_like_sparks_batch_reads():
+    lo, hi = {0: 5, 1: 0}, {0: 50, 1: 7}
+    assert resolve_offsets(EARLIEST, "t", lo, hi, ending=False) == {0: 5, 1: 0}
+    assert resolve_offsets(LATEST, "t", lo, hi, ending=True) == {0: 50, 1: 7}
+    # JSON: -2 / -1 and partitions left out (start at earliest, end at latest).
+    assert resolve_offsets({"t": {0: 10}}, "t", lo, hi, ending=False) == {0: 10, 1: 0}
+    assert resolve_offsets({"t": {1: 3}}, "t", lo, hi, ending=True) == {0: 50, 1: 3}
+    assert resolve_offsets({"other": {0: 1}}, "t", lo, hi, ending=False) == {0: 5, 1: 0}
+    with pytest.raises(ValueError, match="cannot be latest"):
+        resolve_offsets(LATEST, "t", lo, hi, ending=False)
+    with pytest.raises(ValueError, match="cannot be earliest"):
+        resolve_offsets({"t": {0: -2}}, "t", lo, hi, ending=True)
+    with pytest.raises(ValueError, match="past its log end"):
+        resolve_offsets({"t": {1: 8}}, "t", lo, hi, ending=True)
+    with pytest.raises(ValueError, match="no partition"):
+        resolve_offsets({"t": {9: 1}}, "t", lo, hi, ending=False)
+    with pytest.raises(ValueError, match="invalid offset"):
+        resolve_offsets({"t": {0: -5}}, "t", lo, hi, ending=False)
+    # Below the log start: lost data, unless failOnDataLoss is off.
+    with pytest.raises(ValueError, match="log start"):
+        resolve_offsets({"t": {0: 2}}, "t", lo, hi, ending=False)
+    assert resolve_offsets({"t": {0: 2}}, "t", lo, hi, ending=False, fail_on_data_loss=False)[0] == 5
+
+
+def test_split_examples():
+    r = OffsetRange("t", 0, 10, 20)
+    assert split_ranges([r]) == [r]
+    assert split_ranges([r], 4) == [OffsetRange("t", 0, 10, 14), OffsetRange("t", 0, 14, 17),
+                                    OffsetRange("t", 0, 17, 20)]
+    assert split_ranges([OffsetRange("t", 1, 3, 3), r], 100) == [r]  # empty ranges vanish
+    big, small = OffsetRange("t", 0, 0, 90), OffsetRange("t", 1, 0, 10)
+    out = split_ranges([big, small], None, min_partitions=10)
+    assert len(out) == 10 and sum(1 for x in out if x.partition == 1) == 1
+    with pytest.raises(ValueError):
+        split_ranges([r], 0)
+
+
+ranges_strategy = st.lists(
+    st.tuples(st.integers(0, 5), st.integers(0, 1000), st.integers(0, 500)), max_size=6, unique_by=lambda x: x[0],
+).map(lambda xs: [OffsetRange("t", p, s, s + n) for p, s, n in xs])
+
+
+@given(ranges_strategy, st.one_of(st.none(), st.integers(1, 300)), st.one_of(st.none(), st.integers(1, 40)))
+def test_splits_cover_each_range_exactly_once_in_order(ranges, max_per_split, min_partitions):
+    out = split_ranges(ranges, max_per_split, min_partitions)
+    for r in ranges:
+        mine = [x for x in out if x.partition == r.partition]
+        if r.size == 0:
+            assert mine == []
+            continue
+        assert mine[0].start == r.start and mine[-1].end == r.end
+        assert all(a.end == b.start for a, b in zip(mine, mine[1:]))
+        assert all(x.size > 0 for x in mine)
+        sizes = [x.size for x in mine]
+        assert max(sizes) - min(sizes) <= 1
+        if max_per_split:
+            assert max(sizes) <= max_per_split
+    total = sum(r.size for r in ranges)
+    if min_partitions:
+        assert len(out) >= min(min_partitions, total)

@@ -1,0 +1,161 @@
+"""The ``kshare-kafka`` Python data source against a real broker (every codec, keys, headers,
+timestamps, split ranges, offset options), and the routing of partition requests to leaders
+(a fake client standing in for a cluster of several brokers)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+import uuid
+
+import pytest
+
+from tests.test_spark_support import create_topic, spark, unique  # noqa: F401
+
+pytestmark = pytest.mark.spark
+
+from protocol.errors import ErrorCode  # noqa: E402
+from protocol.messages.create_topics_request import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest  # noqa: E402
+from protocol.messages.list_offsets_response import (  # noqa: E402
+    ListOffsetsPartitionResponse,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+from protocol.messages.metadata_response import (  # noqa: E402
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+from protocol.records import build_batch  # noqa: E402
+from spark_jobs.kafka_io import Cluster  # noqa: E402
+from tests.raw_client import RawClient  # noqa: E402
+from tests.test_produce_support import produce  # noqa: E402
+
+CODECS = [0, 1, 2, 3, 4]  # none, gzip, snappy, lz4, zstd
+
+
+def read(spark, bootstrap, topic, **options):  # noqa: F811
+    r = spark.read.format("kshare-kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+@pytest.fixture(scope="module")
+def loaded(broker):
+    """A 3-partition topic: per partition, one batch per codec of 4 records each (keys, headers,
+    timestamps), so 20 records per partition. Returns (topic, expected rows by (partition, offset))."""
+    topic = unique("src")
+    t0 = 1_700_000_000_000
+    expected = {}
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic, 3)
+        for p in range(3):
+            for codec in CODECS:
+                recs = []
+                for i in range(4):
+                    n = len([k for k in expected if k[0] == p])
+                    key = None if i == 0 else f"k{p}-{n}".encode()
+                    headers = [("h", f"{n}".encode()), ("null", None)] if i == 1 else []
+                    recs.append((key, f"v{p}-{n}".encode(), headers, t0 + n))
+                    expected[(p, n)] = (key, f"v{p}-{n}".encode(), headers, t0 + n)
+                resp = produce(c, topic, build_batch(recs, compression=codec), partition=p)
+                assert resp.error_code == 0
+    return topic, expected
+
+
+def test_reads_every_record_once_across_codecs_and_split_ranges(spark, broker, loaded):  # noqa: F811
+    topic, expected = loaded
+    df = read(spark, broker.bootstrap, topic, maxOffsetsPerSplit="7")
+    assert df.rdd.getNumPartitions() == 9  # 20 offsets per partition in pieces of at most 7
+    rows = df.collect()
+    got = {}
+    for r in rows:
+        assert r["topic"] == topic and r["timestampType"] == 0
+        got[(r["partition"], r["offset"])] = (
+            r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]],
+            int(r["timestamp"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000))
+    assert len(rows) == len(got) == 60
+    assert got == {k: (key, value, headers, ts) for k, (key, value, headers, ts) in expected.items()}
+
+
+def test_starting_and_ending_offsets_like_sparks_kafka_source(spark, broker, loaded):  # noqa: F811
+    topic, _ = loaded
+    df = read(spark, broker.bootstrap, topic, startingOffsets=json.dumps({topic: {"0": 5, "2": -2}}),
+              endingOffsets=json.dumps({topic: {"0": 9, "1": 3}}), minPartitions="4")
+    assert df.rdd.getNumPartitions() >= 4
+    got = sorted((r["partition"], r["offset"]) for r in df.select("partition", "offset").collect())
+    assert got == [(0, o) for o in range(5, 9)] + [(1, o) for o in range(3)] + [(2, o) for o in range(20)]
+    with pytest.raises(Exception, match="cannot be latest"):
+        read(spark, broker.bootstrap, topic, startingOffsets="latest").count()
+    with pytest.raises(Exception, match="past its log end"):
+        read(spark, broker.bootstrap, topic, endingOffsets=json.dumps({topic: {"1": 999}})).count()
+
+
+def test_log_append_time_topics_report_the_brokers_time(spark, broker):  # noqa: F811
+    topic = unique("lat")
+    with RawClient(broker.bootstrap) as c:
+        resp = c.request(19, 7, CreateTopicsRequest(topics=[CreatableTopic(
+            name=topic, num_partitions=1, replication_factor=1,
+            configs=[CreatableTopicConfig(name="message.timestamp.type", value="LogAppendTime")])]))
+        assert resp.topics[0].error_code == 0
+        before = int(time.time() * 1000)
+        assert produce(c, topic, build_batch([(None, b"x", [], 5)])).error_code == 0
+    (r,) = read(spark, broker.bootstrap, topic).collect()
+    assert r["timestampType"] == 1
+    assert int(r["timestamp"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000) >= before
+
+
+# --- routing to leaders -----------------------------------------------------------------------------
+
+
+class FakeClient:
+    """Two brokers; partition 0 led by node 1, partition 1 by node 2 until ``move()`` hands it to
+    node 1 (node 2 then answers NOT_LEADER_OR_FOLLOWER)."""
+
+    def __init__(self):
+        self.leaders = {0: 1, 1: 2}
+        self.stale = {}
+        self.sent: list[tuple[int, list]] = []
+        self.metadata_calls = 0
+        self.tid = uuid.uuid4()
+
+    def move(self):
+        self.stale = dict(self.leaders)
+        self.leaders[1] = 1
+
+    def metadata(self, topics):
+        self.metadata_calls += 1
+        leaders = self.stale or self.leaders
+        self.stale = {}
+        return MetadataResponse(brokers=[MetadataResponseBroker(1, "h1", 1), MetadataResponseBroker(2, "h2", 2)],
+                                topics=[MetadataResponseTopic(name="t", topic_id=self.tid, partitions=[
+                                    MetadataResponsePartition(partition_index=p, leader_id=n)
+                                    for p, n in leaders.items()])])
+
+    def send(self, request, version=None, node=None):
+        parts = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+        self.sent.append((node, parts))
+        out = []
+        for name, p in parts:
+            ok = self.leaders[p] == node
+            out.append(ListOffsetsTopicResponse(name=name, partitions=[ListOffsetsPartitionResponse(
+                partition_index=p, error_code=0 if ok else ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                offset=100 * node + p if ok else -1)]))
+        return ListOffsetsResponse(topics=out)
+
+    def close(self):
+        pass
+
+
+def test_partition_requests_go_to_each_leader_and_follow_a_moved_leader():
+    cluster = Cluster("unused:1", retry_backoff_s=0)
+    fake = cluster.client = FakeClient()
+    assert cluster.list_offsets({("t", 0): -1, ("t", 1): -1}) == {("t", 0): 100, ("t", 1): 201}
+    assert sorted(fake.sent) == [(1, [("t", 0)]), (2, [("t", 1)])]
+    fake.sent.clear()
+    fake.move()  # the cached metadata is stale now; the first refresh still names the old leader
+    assert cluster.list_offsets({("t", 0): -1, ("t", 1): -1}) == {("t", 0): 100, ("t", 1): 101}
+    assert fake.sent[0][0] == 1 and (2, [("t", 1)]) in fake.sent and fake.sent[-1] == (1, [("t", 1)])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.share.combiner import ACKNOWLEDGED, ARCHIVED, AVAILABLE, StateBatch, combine
+from coordinator.share.combiner import ACKNOWLEDGED, ARCHIVED, AVAILABLE, NormalBatches, StateBatch, combine
 
 
 def brute_force(current, new, start_offset):
@@ -108,3 +108,32 @@ def test_a_long_normal_state_spliced_matches_brute_force(current, new, start):
     got = combine(current, new, start)
     if len(current) + len(new) >= 2 or not got:
         assert got == brute_force(current, new, start)
+
+
+@st.composite
+def later_writes(draw, state):
+    """Sorted, disjoint batches as a share partition writes them: usually a later delivery
+    or a final state of what they cover (painted over), sometimes not (swept)."""
+    out, offset = [], draw(st.integers(0, 10))
+    for _ in range(draw(st.integers(1, 12))):
+        offset += draw(st.integers(0, 4))
+        b = StateBatch(offset, offset + draw(st.integers(0, 4)),
+                       draw(st.sampled_from([AVAILABLE, ACKNOWLEDGED, ARCHIVED])), draw(st.integers(1, 4)))
+        out.append(b)
+        offset = b.last_offset + 1
+    return out
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.data(), normal_state(), starts, st.booleans())
+def test_painting_later_writes_over_a_long_state_matches_brute_force(data, current, start, marked):
+    """The linear overlay (sorted, disjoint new batches over a normal state) and its fallback."""
+    new = data.draw(later_writes(current))
+    base = NormalBatches(current) if marked else current
+    assert combine(base, new, start) == brute_force(current, new, start)
+
+
+def test_a_normal_update_alone_comes_back_as_it_is():
+    new = [StateBatch(5, 9, ACKNOWLEDGED, 1), StateBatch(10, 10, AVAILABLE, 1), StateBatch(11, 19, ACKNOWLEDGED, 1)]
+    assert combine((), new, 5) == new
+    assert combine((), new, 7) == brute_force((), new, 7)

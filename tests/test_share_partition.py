@@ -748,3 +748,26 @@ def test_auto_offset_reset():
     assert resolve_start_offset(("by_duration", 3_600_000), **kw) == 42
     assert lookups == [1_000_000 - 3_600_000]
     assert resolve_start_offset(("by_duration", 0), **{**kw, "now_ms": 2_000_000}) is None
+
+
+def test_runs_acked_inside_a_split_range_are_written_and_undone_run_by_run():
+    """A client acks a split range as runs of one type (librdkafka sends 0-0 release, 1-9
+    accept, ...): each run is one state batch, and a rollback gives every record back."""
+    sp, _ = make()
+    acquire(sp, "m", [(0, 29)])
+    runs = [(o, o, [RELEASE]) if o % 10 == 0 else (o, o + 8, [ACCEPT]) for o in range(0, 30) if o % 10 in (0, 1)]
+    t = sp.acknowledge("m", runs)
+    assert t.error_code == 0
+    assert t.state_batches == [(0, 0, AVAILABLE, 1), (1, 9, ACKNOWLEDGED, 1), (10, 10, AVAILABLE, 1),
+                               (11, 19, ACKNOWLEDGED, 1), (20, 20, AVAILABLE, 1), (21, 29, ACKNOWLEDGED, 1)]
+    assert sp.delivery_complete_count == 27 and sp.acquired_count == 0
+    sp.rollback(t)
+    assert [rec(sp, o) for o in (0, 5, 29)] == [(ACQUIRED, 1, "m")] * 3
+    assert sp.delivery_complete_count == 0 and sp.acquired_count == 30
+    t = sp.acknowledge("m", runs)
+    sp.commit(t)
+    assert sp.start_offset == 0 and sp.next_fetch_offset() == 0
+    redelivered = acquire(sp, "m", [(0, 29)])
+    assert redelivered.ranges == [(0, 0, 2), (10, 10, 2), (20, 20, 2)]
+    ack(sp, "m", (0, 0, [ACCEPT]), (10, 10, [ACCEPT]), (20, 20, [ACCEPT]))
+    assert sp.start_offset == 30 and sp.delivery_complete_count == 0

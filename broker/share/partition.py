@@ -112,8 +112,9 @@ class Transition:
         self.state_epoch = 0
         self.start_offset = 0
         self.delivery_complete_count = 0
-        # (entry key, index or -1 for the whole batch, old state, old count, old member)
-        self._undo: list[tuple[int, int, int, int, str | None]] = []
+        # (entry key, i, j, old state, old count, old member): i = -1 for a whole batch-mode
+        # entry, else offsets [i, j) of a split entry, which had one state, count and member
+        self._undo: list[tuple[int, int, int, int, int, str | None]] = []
         self._open = False
 
     @property
@@ -266,11 +267,11 @@ class SharePartition:
             heapq.heappush(heap, (deadline, token))
         return token
 
-    def _unref(self, token: int) -> None:
+    def _unref(self, token: int, n: int = 1) -> None:
         if token:
             lock = self._locks.get(token)
             if lock is not None:
-                lock.refs -= 1
+                lock.refs -= n
                 if lock.refs <= 0:
                     del self._locks[token]
 
@@ -688,9 +689,12 @@ class SharePartition:
                 continue
             if e.states is None:
                 self._split(e)
+            efirst = e.first
+            if uniform >= 0 and uniform != RENEW:
+                self._begin_runs(e, lo - efirst, hi - efirst + 1, ACK_TYPE_TO_STATE[uniform], t, sb)
+                continue
             renew_lock: _Lock | None = None
             renew_token = 0
-            efirst = e.first
             for i in range(lo - efirst, hi - efirst + 1):
                 offset = efirst + i
                 ack_type = uniform if uniform >= 0 else types[offset - first]
@@ -703,7 +707,7 @@ class SharePartition:
                     renew_lock.refs += 1
                     renew_lock.hi = offset
                 else:
-                    self._begin_offset(e, i, ACK_TYPE_TO_STATE[ack_type], t, sb)
+                    self._begin_run(e, i, i + 1, ACK_TYPE_TO_STATE[ack_type], t, sb)
         return self._seal(t, sb)
 
     def _plan_ack(self, member_id: str, batches: list) -> tuple[list, int]:
@@ -712,10 +716,20 @@ class SharePartition:
         spso = self._spso
         plan: list = []
         claimed_hi = -1  # highest offset this request already moved into a pending transition
+        prev = None  # the entry the previous batch ended in: clients ack many runs of one entry
         for first, last, types in batches:
             if last < spso:
                 continue  # already below the SPSO: silently done
             p = first if first > spso else spso
+            if prev is not None and prev.first <= p and last <= prev.last:
+                if p <= claimed_hi:
+                    return [], INVALID_RECORD_STATE  # acked twice in one request
+                if not self._held_by(prev, p, last, member_id):
+                    return [], INVALID_RECORD_STATE
+                plan.append((prev, p, last, first, types))
+                if (types[0] if len(types) == 1 else types[last - first]) != RENEW:
+                    claimed_hi = last
+                continue
             fi = cache.bisect_right(p) - 1
             if fi < 0:
                 return [], INVALID_RECORD_STATE  # batch not found
@@ -729,18 +743,23 @@ class SharePartition:
                 hi = e.last if e.last < last else last
                 if lo <= claimed_hi:
                     return [], INVALID_RECORD_STATE  # acked twice in one request
-                if e.states is None:
-                    if e.member != member_id or e.pending or e.state != ACQUIRED:
-                        return [], INVALID_RECORD_STATE
-                else:
-                    states, members, pendings = e.states, e.members, e.pendings
-                    for i in range(lo - e.first, hi - e.first + 1):
-                        if states[i] != ACQUIRED or pendings[i] or members[i] != member_id:
-                            return [], INVALID_RECORD_STATE
+                if not self._held_by(e, lo, hi, member_id):
+                    return [], INVALID_RECORD_STATE
                 plan.append((e, lo, hi, first, types))
+                prev = e
             if (types[0] if len(types) == 1 else types[last - first]) != RENEW:
                 claimed_hi = last
         return plan, NONE
+
+    @staticmethod
+    def _held_by(e: InFlightBatch, lo: int, hi: int, member_id: str) -> bool:
+        """Whether ``member_id`` holds every record of [lo, hi] of ``e``, none with a write in flight."""
+        if e.states is None:
+            return e.member == member_id and not e.pending and e.state == ACQUIRED
+        a, b = lo - e.first, hi - e.first + 1
+        n = b - a
+        return (e.states[a:b].count(ACQUIRED) == n and e.pendings[a:b].count(0) == n
+                and e.members[a:b].count(member_id) == n)
 
     def _begin_batch(self, e: InFlightBatch, target: int, t: Transition, sb: list[StateBatch]) -> None:
         """First phase of a transition out of ACQUIRED for a whole batch-mode entry.
@@ -749,7 +768,7 @@ class SharePartition:
         decides what a rollback does). A pending batch-mode entry is never split: every split
         site requires no transition in flight.
         """
-        t._undo.append((e.first, -1, e.state, e.count, e.member))
+        t._undo.append((e.first, -1, -1, e.state, e.count, e.member))
         if target == AVAILABLE and (e.count >= self._max_delivery or e.last < self._spso):
             target = ARCHIVED
         self._acquired -= e.last - e.first + 1
@@ -760,19 +779,49 @@ class SharePartition:
             self._dcc += self._n_ge(e.first, e.last)
         sb.append((e.first, e.last, target, e.count))
 
-    def _begin_offset(self, e: InFlightBatch, i: int, target: int, t: Transition, sb: list[StateBatch]) -> None:
-        offset = e.first + i
-        count = e.counts[i]
-        t._undo.append((e.first, i, e.states[i], count, e.members[i]))
-        if target == AVAILABLE and (count >= self._max_delivery or offset < self._spso):
+    def _begin_runs(self, e: InFlightBatch, a: int, b: int, target: int, t: Transition,
+                    sb: list[StateBatch]) -> None:
+        """``_begin_run`` over offsets [a, b) of a split entry, a run per delivery count."""
+        counts = e.counts
+        if counts[a:b].count(counts[a]) == b - a:
+            self._begin_run(e, a, b, target, t, sb)
+            return
+        i = a
+        while i < b:
+            c, j = counts[i], i + 1
+            while j < b and counts[j] == c:
+                j += 1
+            self._begin_run(e, i, j, target, t, sb)
+            i = j
+
+    def _begin_run(self, e: InFlightBatch, a: int, b: int, target: int, t: Transition,
+                   sb: list[StateBatch]) -> None:
+        """``_begin_batch`` for offsets [a, b) of a split entry that are ACQUIRED by one
+        member with one delivery count: slice operations, not a Python step per record."""
+        first = e.first + a
+        spso = self._spso
+        if first < spso < e.first + b:  # the part below the SPSO ends differently
+            self._begin_run(e, a, spso - e.first, target, t, sb)
+            self._begin_run(e, spso - e.first, b, target, t, sb)
+            return
+        n = b - a
+        count = e.counts[a]
+        t._undo.append((e.first, a, b, e.states[a], count, e.members[a]))
+        below = first < spso
+        if target == AVAILABLE and (count >= self._max_delivery or below):
             target = ARCHIVED
-        self._acquired -= 1
-        e.states[i] = target
-        e.members[i] = None
-        e.pendings[i] = t.id
-        if target >= ACKNOWLEDGED and offset >= self._spso:
-            self._dcc += 1
-        sb.append((offset, offset, target, count))
+        self._acquired -= n
+        if n == 1:
+            e.states[a] = target
+            e.members[a] = None
+            e.pendings[a] = t.id
+        else:
+            e.states[a:b] = [target] * n
+            e.members[a:b] = [None] * n
+            e.pendings[a:b] = [t.id] * n
+        if target >= ACKNOWLEDGED and not below:
+            self._dcc += n
+        sb.append((first, first + n - 1, target, count))
 
     # ------------------------------------------------------------ release
 
@@ -797,24 +846,29 @@ class SharePartition:
             states, members, pendings = e.states, e.members, e.pendings
             for i in range(len(states)):
                 if states[i] == ACQUIRED and members[i] == member_id and not pendings[i]:
-                    self._begin_offset(e, i, AVAILABLE, t, sb)
+                    self._begin_run(e, i, i + 1, AVAILABLE, t, sb)
         return self._seal(t, sb)
 
     # ------------------------------------------------------- commit / rollback
 
-    def _holders(self, t: Transition) -> Iterator[tuple[InFlightBatch, int, int, int, str | None]]:
-        """(entry, index or -1, old state, old count, old member) still pending for ``t``."""
+    def _holders(self, t: Transition) -> Iterator[tuple[InFlightBatch, int, int, int, int, str | None]]:
+        """(entry, i, j, old state, old count, old member) still pending for ``t``: i = -1
+        for a whole batch-mode entry, else offsets [i, j) of a split entry."""
         cache = self._cache
         tid = t.id
-        for key, i, old_state, old_count, old_member in t._undo:
+        for key, i, j, old_state, old_count, old_member in t._undo:
             e = cache.get(key)
             if e is None:
                 continue
             if i < 0:
                 if e.pending == tid:
-                    yield e, -1, old_state, old_count, old_member
-            elif e.pendings[i] == tid:
-                yield e, i, old_state, old_count, old_member
+                    yield e, -1, -1, old_state, old_count, old_member
+            elif e.pendings[i:j].count(tid) == j - i:
+                yield e, i, j, old_state, old_count, old_member
+            else:
+                for k in range(i, j):
+                    if e.pendings[k] == tid:
+                        yield e, k, k + 1, old_state, old_count, old_member
 
     def commit(self, t: Transition) -> None:
         """The write succeeded: make the transition final and move the SPSO."""
@@ -822,19 +876,28 @@ class SharePartition:
             return
         t._open = False
         self._open.pop(t.id, None)
-        for e, i, _, _, _ in self._holders(t):
+        for e, i, j, _, _, _ in self._holders(t):
             if i < 0:
                 e.pending = 0
                 self._unref(e.lock)
                 e.lock = 0
                 if e.state == AVAILABLE:
                     self._find_next = True
+                continue
+            n = j - i
+            locks = e.locks
+            token = locks[i]
+            if n == 1 or locks[i:j].count(token) == n:
+                self._unref(token, n)
             else:
-                e.pendings[i] = 0
-                self._unref(e.locks[i])
-                e.locks[i] = 0
-                if e.states[i] == AVAILABLE:
-                    self._find_next = True
+                for token in locks[i:j]:
+                    self._unref(token)
+            if n == 1:
+                e.pendings[i] = locks[i] = 0
+            else:
+                e.pendings[i:j] = locks[i:j] = [0] * n
+            if AVAILABLE in e.states[i:j]:
+                self._find_next = True
         if self._stragglers:
             self._settle_below_start()
         self._advance()
@@ -849,33 +912,37 @@ class SharePartition:
             return
         t._open = False
         self._open.pop(t.id, None)
-        max_delivery = self._max_delivery
-        for e, i, old_state, old_count, old_member in self._holders(t):
-            if i < 0:
-                new_state, lock, first, last = e.state, e.lock, e.first, e.last
-            else:
-                new_state, lock = e.states[i], e.locks[i]
-                first = last = e.first + i
-            if lock:
-                state, member = old_state, old_member
-            else:
-                state = ARCHIVED if old_count >= max_delivery else AVAILABLE
-                member = None
-                if state == AVAILABLE:
-                    self._find_next = True
-            if i < 0:
-                e.state, e.count, e.member, e.pending = state, old_count, member, 0
-            else:
-                e.states[i], e.counts[i], e.members[i], e.pendings[i] = state, old_count, member, 0
-            if state == ACQUIRED:
-                self._acquired += last - first + 1
-            was_terminal = new_state >= ACKNOWLEDGED
-            if was_terminal != (state >= ACKNOWLEDGED):
-                n = self._n_ge(first, last)
-                self._dcc += -n if was_terminal else n
+        for e, i, j, old_state, old_count, old_member in self._holders(t):
+            for k in range(i, j) if i >= 0 else (-1,):
+                self._undo_one(e, k, old_state, old_count, old_member)
         if self._stragglers:
             self._settle_below_start()
         self._advance()
+
+    def _undo_one(self, e: InFlightBatch, i: int, old_state: int, old_count: int, old_member: str | None) -> None:
+        """Roll back a whole batch-mode entry (i = -1) or offset i of a split one."""
+        if i < 0:
+            new_state, lock, first, last = e.state, e.lock, e.first, e.last
+        else:
+            new_state, lock = e.states[i], e.locks[i]
+            first = last = e.first + i
+        if lock:
+            state, member = old_state, old_member
+        else:
+            state = ARCHIVED if old_count >= self._max_delivery else AVAILABLE
+            member = None
+            if state == AVAILABLE:
+                self._find_next = True
+        if i < 0:
+            e.state, e.count, e.member, e.pending = state, old_count, member, 0
+        else:
+            e.states[i], e.counts[i], e.members[i], e.pendings[i] = state, old_count, member, 0
+        if state == ACQUIRED:
+            self._acquired += last - first + 1
+        was_terminal = new_state >= ACKNOWLEDGED
+        if was_terminal != (state >= ACKNOWLEDGED):
+            n = self._n_ge(first, last)
+            self._dcc += -n if was_terminal else n
 
     # ---------------------------------------------------------- lock expiry
 

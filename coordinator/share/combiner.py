@@ -16,7 +16,9 @@ neighbours with the same state and count joined into one batch.
 A share partition with many released or rejected records holds hundreds of state batches and
 each write touches a few of them, so a long current state that is already in that form (as
 every result here is) is not swept again: only its batches overlapping or touching the new
-ones are, and the rest is spliced around them.
+ones are, and the rest is spliced around them. The new batches of a real write are in that
+form too and outrank what they cover (a later delivery or a final state), so they are painted
+over the window in one linear pass; anything else takes the general sweep.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import heapq
 from bisect import bisect_left, bisect_right
 from typing import Iterable, NamedTuple
 
-__all__ = ["StateBatch", "combine", "AVAILABLE", "ACQUIRED", "ACKNOWLEDGED", "ARCHIVING", "ARCHIVED"]
+__all__ = ["StateBatch", "NormalBatches", "combine", "AVAILABLE", "ACQUIRED", "ACKNOWLEDGED", "ARCHIVING", "ARCHIVED"]
 
 AVAILABLE = 0
 ACQUIRED = 1
@@ -44,11 +46,19 @@ class StateBatch(NamedTuple):
 SPLICE_ABOVE = 8  # current states at least this long are spliced, not swept whole
 
 
+class NormalBatches(tuple):
+    """A tuple of state batches known to be in ``combine``'s output form (no need to check)."""
+
+    __slots__ = ()
+
+
 def combine(current: Iterable[StateBatch], new: Iterable[StateBatch], start_offset: int) -> list[StateBatch]:
     """Fold ``new`` into ``current``; ``start_offset == -1`` means "do not prune"."""
     current = current if isinstance(current, (tuple, list)) else tuple(current)
     new = new if isinstance(new, (tuple, list)) else tuple(new)
-    if new and len(current) >= SPLICE_ABOVE and _normal(current):
+    if not current and len(new) > 1 and _normal(new) and (start_offset == -1 or new[0].first_offset >= start_offset):
+        return list(new)
+    if new and len(current) >= SPLICE_ABOVE and (isinstance(current, NormalBatches) or _normal(current)):
         return _splice(current, new, start_offset)
     return _sweep(current, new, start_offset)
 
@@ -74,7 +84,63 @@ def _splice(current, new, start_offset: int) -> list[StateBatch]:
     j = max(bisect_right(current, hi, key=_first), i)
     # No joins at the seams: the batches just outside [lo, hi] keep their state next to
     # batches that, in a normal state, already differ from them or do not touch them.
-    return [*current[:i], *_sweep(current[i:j], new, start_offset), *current[j:]]
+    window = current[i:j]
+    merged = _overlay(window, new, start_offset) if _sorted_disjoint(new) else None
+    if merged is None:
+        merged = _sweep(window, new, start_offset)
+    return [*current[:i], *merged, *current[j:]]
+
+
+def _sorted_disjoint(batches) -> bool:
+    for x, y in zip(batches, batches[1:]):
+        if x.last_offset >= y.first_offset:
+            return False
+    return all(b.first_offset <= b.last_offset for b in batches)
+
+
+def _overlay(window, new, start_offset: int) -> list[StateBatch] | None:
+    """Paint sorted, disjoint ``new`` over a normal, pruned ``window`` in one pass; None
+    (sweep instead) where a window batch outranks the new batch covering it."""
+    out: list[StateBatch] = []
+
+    def push(b: StateBatch) -> None:
+        if out:
+            p = out[-1]
+            if p.last_offset + 1 == b.first_offset and p.delivery_state == b.delivery_state \
+                    and p.delivery_count == b.delivery_count:
+                out[-1] = StateBatch(p.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
+                return
+        out.append(b)
+
+    k, n = 0, len(window)
+    w = window[0] if n else None  # the window batch at k, its front cut off by earlier new batches
+    for b in new:
+        first, last, state, count = b
+        if start_offset != -1 and first < start_offset:
+            if last < start_offset:
+                continue
+            first = start_offset
+            b = StateBatch(first, last, state, count)
+        while w is not None and w.last_offset < first:
+            push(w)
+            k += 1
+            w = window[k] if k < n else None
+        while w is not None and w.first_offset <= last:
+            if w.delivery_count > count or (w.delivery_count == count and w.delivery_state > state):
+                return None
+            if w.first_offset < first:
+                push(StateBatch(w.first_offset, first - 1, w.delivery_state, w.delivery_count))
+            if w.last_offset > last:
+                w = StateBatch(last + 1, w.last_offset, w.delivery_state, w.delivery_count)
+                break
+            k += 1
+            w = window[k] if k < n else None
+        push(b)
+    while w is not None:
+        push(w)
+        k += 1
+        w = window[k] if k < n else None
+    return out
 
 
 def _first(b: StateBatch) -> int:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from functools import partial
+from operator import attrgetter
 from typing import Callable, Iterable, Iterator, NamedTuple, Protocol
 from uuid import UUID
 
@@ -47,7 +49,7 @@ from protocol.messages import (
     write_share_group_state_response as write_rsp,
 )
 
-from .combiner import StateBatch, combine
+from .combiner import NormalBatches, StateBatch, combine
 
 __all__ = [
     "SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_CONFIG", "SNAPSHOT_UPDATE_RECORDS_PER_SNAPSHOT_DEFAULT",
@@ -170,30 +172,36 @@ class _PartitionError(Exception):
         self.message = message
 
 
+_batch_fields = attrgetter("first_offset", "last_offset", "delivery_state", "delivery_count")
+_new_batch = partial(tuple.__new__, StateBatch)
+
+
 def _batches(raw: Iterable) -> tuple[StateBatch, ...]:
-    return tuple(StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in raw)
+    return tuple(map(_new_batch, map(_batch_fields, raw)))
 
 
 def _max(a: int | None, b: int) -> int:
     return b if a is None or b > a else a
 
 
-def _apply(entry: KeyEntry | None, key, value) -> KeyEntry | None:
+def _apply(entry: KeyEntry | None, key, value, batches: tuple[StateBatch, ...] | None = None) -> KeyEntry | None:
     """The state of a key after one record: the heart of ``replay``, shared with the
-    request methods so that a request touching a key twice sees its own first record."""
+    request methods so that a request touching a key twice sees its own first record.
+    ``batches`` are the value's state batches if the caller has them as StateBatch already."""
     if value is None:
         return None
     if isinstance(key, ShareSnapshotKey):
         state = SharePartitionState(
             value.snapshot_epoch, value.state_epoch, value.leader_epoch, value.start_offset,
-            value.delivery_complete_count, _batches(value.state_batches),
+            value.delivery_complete_count, _batches(value.state_batches) if batches is None else batches,
             value.create_timestamp, value.write_timestamp)
         if entry is None:
             return KeyEntry(state, value.leader_epoch, value.state_epoch, 0)
         return KeyEntry(state, _max(entry.leader_epoch_fence, value.leader_epoch),
                         _max(entry.state_epoch_fence, value.state_epoch), 0)
     # ShareUpdate: an increment on top of the current state; it has no state epoch.
-    batches = _batches(value.state_batches)
+    if batches is None:
+        batches = _batches(value.state_batches)
     if entry is None:
         state = SharePartitionState(value.snapshot_epoch, UNINITIALIZED_EPOCH, value.leader_epoch,
                                     value.start_offset, value.delivery_complete_count,
@@ -206,7 +214,7 @@ def _apply(entry: KeyEntry | None, key, value) -> KeyEntry | None:
         leader_epoch=cur.leader_epoch if value.leader_epoch == -1 else value.leader_epoch,
         start_offset=start,
         delivery_complete_count=value.delivery_complete_count,
-        state_batches=tuple(combine(cur.state_batches, batches, start)),
+        state_batches=NormalBatches(combine(cur.state_batches, batches, start)),
     )
     return KeyEntry(state, _max(entry.leader_epoch_fence, value.leader_epoch),
                     entry.state_epoch_fence, entry.updates_since_snapshot + 1)
@@ -242,9 +250,10 @@ class _Overlay:
             return self._changed[key]
         return self._lookup(key)
 
-    def record(self, key: SharePartitionKey, record: CoordinatorRecord, out: list) -> None:
+    def record(self, key: SharePartitionKey, record: CoordinatorRecord, out: list,
+               batches: tuple[StateBatch, ...] | None = None) -> None:
         before = self.get(key)
-        after = self._changed[key] = _apply(before, record.key, record.value)
+        after = self._changed[key] = _apply(before, record.key, record.value, batches)
         if record.value is not None:
             self._staged[id(record.value)] = (record.value, before, after)
         out.append(record)
@@ -433,27 +442,30 @@ class ShareCoordinatorShard:
 
     def _state_record(self, key: SharePartitionKey, entry: KeyEntry, *, state_epoch: int,
                       leader_epoch: int, start_offset: int, delivery_complete_count: int,
-                      batches: tuple[StateBatch, ...]) -> CoordinatorRecord:
-        """A ShareUpdate with just these batches, or a full snapshot when one is due."""
+                      batches: tuple[StateBatch, ...]) -> tuple[CoordinatorRecord, tuple[StateBatch, ...]]:
+        """A ShareUpdate with just these batches, or a full snapshot when one is due; and
+        the record's state batches."""
         cur = entry.state
         if entry.updates_since_snapshot >= self.records_per_snapshot or state_epoch > cur.state_epoch:
             start = cur.start_offset if start_offset == -1 else start_offset
+            state_batches = tuple(combine(cur.state_batches, batches, start))
             return _snapshot_record(key, SharePartitionState(
                 snapshot_epoch=cur.snapshot_epoch + 1,
                 state_epoch=cur.state_epoch if state_epoch == -1 else state_epoch,
                 leader_epoch=cur.leader_epoch if leader_epoch == -1 else leader_epoch,
                 start_offset=start,
                 delivery_complete_count=delivery_complete_count,
-                state_batches=tuple(combine(cur.state_batches, batches, start)),
+                state_batches=state_batches,
                 create_timestamp=cur.create_timestamp,
                 write_timestamp=self._clock_ms(),
-            ))
+            )), state_batches
+        batches = tuple(combine((), batches, start_offset))
         return CoordinatorRecord(
             ShareUpdateKey(key.group_id, key.topic_id, key.partition),
             ShareUpdateValue(
                 snapshot_epoch=cur.snapshot_epoch, leader_epoch=leader_epoch,
                 start_offset=start_offset, delivery_complete_count=delivery_complete_count,
-                state_batches=[UpdateBatch(*b) for b in combine((), batches, start_offset)]))
+                state_batches=[UpdateBatch(*b) for b in batches])), batches
 
     # ------------------------------------------------------------------ requests
 
@@ -523,10 +535,10 @@ class ShareCoordinatorShard:
                     result.partitions.append(write_rsp.PartitionResult(p.partition, int(e.code), e.message))
                     continue
                 dcc = p.delivery_complete_count if version >= 1 else UNINITIALIZED_DELIVERY_COMPLETE_COUNT
-                record = self._state_record(
+                record, record_batches = self._state_record(
                     key, entry, state_epoch=p.state_epoch, leader_epoch=p.leader_epoch,
                     start_offset=p.start_offset, delivery_complete_count=dcc, batches=batches)
-                overlay.record(key, record, records)
+                overlay.record(key, record, records, record_batches)
                 result.partitions.append(write_rsp.PartitionResult(p.partition))
             response.results.append(result)
         return records, response
@@ -560,11 +572,11 @@ class ShareCoordinatorShard:
                     p.partition, state_epoch=st.state_epoch, start_offset=st.start_offset,
                     state_batches=[read_rsp.StateBatch(*b) for b in st.state_batches]))
                 if p.leader_epoch != -1 and entry.leader_epoch_fence != p.leader_epoch:
-                    record = self._state_record(
+                    record, record_batches = self._state_record(
                         key, entry, state_epoch=st.state_epoch, leader_epoch=p.leader_epoch,
                         start_offset=st.start_offset, delivery_complete_count=st.delivery_complete_count,
                         batches=())
-                    overlay.record(key, record, records)
+                    overlay.record(key, record, records, record_batches)
             response.results.append(result)
         return records, response
 

@@ -308,8 +308,12 @@ def r_len(buf, pos: int):
 
 
 def r_cnlen(buf, pos: int):
-    n, pos = read_uvarint(buf, pos)
-    n -= 1
+    if pos < len(buf) and buf[pos] < 0x80:  # the usual one-byte length
+        n = buf[pos] - 1
+        pos += 1
+    else:
+        n, pos = read_uvarint(buf, pos)
+        n -= 1
     _check_count(buf, pos, n)
     return n, pos
 
@@ -330,11 +334,19 @@ def w_int_array(b: bytearray, code: str, v) -> None:
         b += struct.pack(f">{len(v)}{code}", *v)
 
 
+_INT_ARRAYS: dict[tuple[str, int], struct.Struct] = {}
+
+
 def r_int_array(buf, pos: int, code: str, n: int):
-    size = struct.calcsize(code) * n
-    if pos + size > len(buf):
+    s = _INT_ARRAYS.get((code, n))
+    if s is None:
+        s = struct.Struct(f">{n}{code}")
+        if n <= 64:  # short arrays (acknowledge types, replica lists) come again and again
+            _INT_ARRAYS[(code, n)] = s
+    end = pos + s.size
+    if end > len(buf):
         raise DecodeError("integer array truncated")
-    return list(struct.unpack_from(f">{n}{code}", buf, pos)), pos + size
+    return list(s.unpack_from(buf, pos)), end
 
 
 # --- tagged fields -------------------------------------------------------------------------
@@ -351,6 +363,8 @@ def w_tags(b: bytearray, tags: list) -> None:
 
 def skip_tags(buf, pos: int) -> int:
     """Skip a tagged-field section whose tags this version does not know."""
+    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
+        return pos + 1
     n, pos = read_uvarint(buf, pos)
     for _ in range(n):
         _, pos = read_uvarint(buf, pos)

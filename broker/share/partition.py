@@ -758,6 +758,8 @@ class SharePartition:
             return e.member == member_id and not e.pending and e.state == ACQUIRED
         a, b = lo - e.first, hi - e.first + 1
         n = b - a
+        if n == 1:
+            return e.states[a] == ACQUIRED and not e.pendings[a] and e.members[a] == member_id
         return (e.states[a:b].count(ACQUIRED) == n and e.pendings[a:b].count(0) == n
                 and e.members[a:b].count(member_id) == n)
 
@@ -783,7 +785,7 @@ class SharePartition:
                     sb: list[StateBatch]) -> None:
         """``_begin_run`` over offsets [a, b) of a split entry, a run per delivery count."""
         counts = e.counts
-        if counts[a:b].count(counts[a]) == b - a:
+        if b - a == 1 or counts[a:b].count(counts[a]) == b - a:
             self._begin_run(e, a, b, target, t, sb)
             return
         i = a
@@ -875,9 +877,16 @@ class SharePartition:
         if not t._open:
             return
         t._open = False
-        self._open.pop(t.id, None)
-        for e, i, j, _, _, _ in self._holders(t):
+        tid = t.id
+        self._open.pop(tid, None)
+        cache = self._cache
+        for key, i, j, _, _, _ in t._undo:
+            e = cache.get(key)
+            if e is None:
+                continue
             if i < 0:
+                if e.pending != tid:
+                    continue
                 e.pending = 0
                 self._unref(e.lock)
                 e.lock = 0
@@ -885,6 +894,9 @@ class SharePartition:
                     self._find_next = True
                 continue
             n = j - i
+            if (e.pendings[i] != tid) if n == 1 else (e.pendings[i:j].count(tid) != n):
+                self._commit_offsets(e, i, j, tid)
+                continue
             locks = e.locks
             token = locks[i]
             if n == 1 or locks[i:j].count(token) == n:
@@ -896,11 +908,22 @@ class SharePartition:
                 e.pendings[i] = locks[i] = 0
             else:
                 e.pendings[i:j] = locks[i:j] = [0] * n
-            if AVAILABLE in e.states[i:j]:
+            if (e.states[i] == AVAILABLE) if n == 1 else (AVAILABLE in e.states[i:j]):
                 self._find_next = True
         if self._stragglers:
             self._settle_below_start()
         self._advance()
+
+    def _commit_offsets(self, e: InFlightBatch, i: int, j: int, tid: int) -> None:
+        """Commit the offsets of [i, j) still pending for ``tid`` one by one (rare)."""
+        pendings, locks = e.pendings, e.locks
+        for k in range(i, j):
+            if pendings[k] == tid:
+                pendings[k] = 0
+                self._unref(locks[k])
+                locks[k] = 0
+                if e.states[k] == AVAILABLE:
+                    self._find_next = True
 
     def rollback(self, t: Transition) -> None:
         """The write failed: restore the records as they were before ``t``.

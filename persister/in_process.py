@@ -18,6 +18,8 @@ from protocol.messages import (
 
 from .api import ReadResult, StateBatch, SummaryResult, TopicPartition
 
+_StateBatch = write_req.StateBatch
+
 
 def _by_topic(partitions: list[TopicPartition]) -> dict[UUID, list[int]]:
     out: dict[UUID, list[int]] = {}
@@ -60,8 +62,7 @@ class InProcessPersister:
             partitions=[write_req.PartitionData(
                 partition=partition, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
                 delivery_complete_count=delivery_complete_count,
-                state_batches=[write_req.StateBatch(first_offset=f, last_offset=l, delivery_state=s, delivery_count=c)
-                               for f, l, s, c in batches],
+                state_batches=[_StateBatch(*b) for b in batches],  # (first, last, state, count)
             )],
         )])
         r = _single(await self.service.write_state(req, 1))

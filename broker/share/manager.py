@@ -330,7 +330,10 @@ class SharePartitionManager:
                 topics.append((leader.topic, ErrorCode.NONE))
                 stats.records_acknowledged(batches)
                 self._arm(leader)  # a renew moved the lock deadline
-        outcomes = await asyncio.gather(*(self._persist(leader, t) for _, leader, t, _ in pending))
+        if len(pending) == 1:  # the usual case: no task per write
+            outcomes = [await self._persist(pending[0][1], pending[0][2])]
+        else:
+            outcomes = await asyncio.gather(*(self._persist(leader, t) for _, leader, t, _ in pending))
         for (tp, leader, _, batches), outcome in zip(pending, outcomes):
             results[tp] = outcome
             topics.append((leader.topic, outcome[0]))

@@ -208,6 +208,9 @@ class ShareCoordinatorService:
 
     def _split(self, request) -> dict[int, object]:
         """One sub-request per state partition, keeping the request's topic order."""
+        if len(request.topics) == 1 and len(request.topics[0].partitions) == 1:  # a leader's write
+            topic = request.topics[0]
+            return {self.partition_of(request.group_id, topic.topic_id, topic.partitions[0].partition): request}
         parts: dict[int, dict[UUID, list]] = {}
         for topic in request.topics:
             for p in topic.partitions:
@@ -252,7 +255,7 @@ class ShareCoordinatorService:
         if pending:
             outcomes = await asyncio.gather(
                 *(self.journal.sync(sp, offsets) for _, sp, _, offsets in pending), return_exceptions=True
-            )
+            ) if len(pending) > 1 else [await _outcome(self.journal.sync(pending[0][1], pending[0][3]))]
             for (i, _, sub, _), outcome in zip(pending, outcomes):
                 if isinstance(outcome, BaseException):
                     responses[i] = self._write_failed(api, sub, outcome)
@@ -264,6 +267,14 @@ class ShareCoordinatorService:
         mapped = _WRITE_ERRORS.get(code, code) if code is not None else ErrorCode.UNKNOWN_SERVER_ERROR
         log.warning("%s failed to write to the log: %s", api.operation, e)
         return _error_response(api, sub, mapped, f"Unable to {api.operation}: {e}")
+
+
+async def _outcome(aw):
+    """``await aw``, returning an exception instead of raising it (gather's return_exceptions)."""
+    try:
+        return await aw
+    except Exception as e:
+        return e
 
 
 def _merge(responses: list):

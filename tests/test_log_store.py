@@ -140,6 +140,9 @@ def test_random_reads_match_brute_force(kind, batches, segment_bytes, index_inte
                 res = log.read(offset, max_bytes, min_one=min_one)
                 got = [(b.base_offset, d) for b, d in zip(res.batches, result_batches(res))]
                 assert got == _expected_read(model, offset, max_bytes, min_one)
+                # what Fetch reads: the same bytes, the batch ends found without headers
+                bare = log.read(offset, max_bytes, min_one=min_one, headers=False)
+                assert (joined(bare), bare.size, bare.batches) == (joined(res), res.size, [])
 
         check(log)
         if kind == "file":  # indexes saved on close and reloaded must agree too
@@ -172,9 +175,10 @@ def test_index_entries_point_at_batches(make_store):
     segment_bytes=st.integers(150, 2000),
     index_interval=st.integers(0, 500),
     queries=st.lists(st.integers(-1, 1002), min_size=1, max_size=10),
+    compression=st.sampled_from([0, 1]),  # plain batches are read lazily, gzip ones decoded
 )
 def test_offset_for_timestamp_and_max_timestamp_match_brute_force(
-    kind, stamps, segment_bytes, index_interval, queries
+    kind, stamps, segment_bytes, index_interval, queries, compression
 ):
     tmp = tempfile.mkdtemp()
     try:
@@ -183,7 +187,7 @@ def test_offset_for_timestamp_and_max_timestamp_match_brute_force(
         )
         log = store.create("t", 0, TOPIC_ID, None)
         for ts in stamps:
-            append(log, make_batch(len(ts), timestamps=ts, ts=ts[0]))
+            append(log, make_batch(len(ts), timestamps=ts, ts=ts[0], compression=compression))
         records = [r for _, _, b in stored_model(log) for r in records_of(b)]
         for q in queries:
             expected = next(((ts, off) for off, ts in records if ts >= q), None)

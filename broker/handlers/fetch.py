@@ -120,7 +120,7 @@ def _read(plan: _Plan, max_bytes: int) -> int:
             continue
         budget = min(fp.partition_max_bytes, limit)
         try:
-            r = lg.read(fp.fetch_offset, budget, min_one=min_one)
+            r = lg.read(fp.fetch_offset, budget, min_one=min_one, headers=False)
         except OffsetOutOfRange:
             _set_error(pd, ErrorCode.OFFSET_OUT_OF_RANGE)
             plan.errors = True
@@ -129,7 +129,7 @@ def _read(plan: _Plan, max_bytes: int) -> int:
         pd.high_watermark = pd.last_stable_offset = r.end_offset
         pd.log_start_offset = r.start_offset
         if r.size:
-            pd.records = r.views()
+            pd.records = r.chunks  # whole batches, one buffer per segment read
             min_one = False
             limit = max(0, limit - r.size)
             total += r.size

@@ -16,7 +16,15 @@ import uuid
 from bisect import bisect_right
 from typing import Callable
 
-from protocol.records import LOG_OVERHEAD, BatchHeader, iter_records, set_log_append_time
+from protocol.records import (
+    COMPRESSION_MASK,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    iter_records,
+    set_log_append_time,
+)
+from protocol.varint import VarintError, read_varint, read_varlong
 
 from .config import INT_MAX, LogConfig
 from .flush import GroupCommit
@@ -35,7 +43,8 @@ log = logging.getLogger(__name__)
 _pack_int64 = struct.Struct(">q").pack_into  # base offset, the first header field
 _pack_int32 = struct.Struct(">i").pack_into  # partition leader epoch, at byte 12
 
-TIMESTAMP_SCAN_BYTES = 64 * 1024
+TIMESTAMP_SCAN_BYTES = 64 * 1024  # the largest window a timestamp search reads at once
+TIMESTAMP_FIRST_SCAN_BYTES = 4 * 1024  # the first: the time index points close to the answer
 
 
 def wall_clock_ms() -> int:
@@ -264,8 +273,12 @@ class Log:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> ReadResult:
-        """Whole batches from the one holding ``offset`` (KIP-74: at least one if ``min_one``)."""
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True, headers: bool = True) -> ReadResult:
+        """Whole batches from the one holding ``offset`` (KIP-74: at least one if ``min_one``).
+
+        ``headers=False`` leaves ``batches`` empty (``chunks`` hold the batches): Fetch only
+        sends the bytes, and listing every batch would cost more than reading them.
+        """
         start, end = self.start_offset, self.end_offset
         if offset < start or offset > end:
             raise OffsetOutOfRange(offset, start, end)
@@ -282,9 +295,9 @@ class Log:
             if offset >= seg.next_offset:
                 continue
             view, batches, reached_end = seg.read(
-                offset, budget, min_one and not result.batches, interval, len(result.chunks)
+                offset, budget, min_one and not result.size, interval, len(result.chunks), headers
             )
-            if batches:
+            if view is not None and len(view):
                 result.chunks.append(view)
                 result.size += len(view)
                 budget -= len(view)
@@ -305,8 +318,9 @@ class Log:
                 continue
             rel = seg.time_index.lookup(ts_ms)
             cursor = max(start, seg.base_offset + rel + 1 if rel >= 0 else seg.base_offset)
+            window = TIMESTAMP_FIRST_SCAN_BYTES
             while cursor < seg.next_offset:
-                view, batches, _ = seg.read(cursor, TIMESTAMP_SCAN_BYTES, True, interval)
+                view, batches, _ = seg.read(cursor, window, True, interval)
                 if not batches:
                     break
                 for b in batches:
@@ -316,6 +330,7 @@ class Log:
                         if found is not None:
                             return found
                 cursor = batches[-1].last_offset + 1
+                window = min(2 * window, TIMESTAMP_SCAN_BYTES)
         return None
 
     def max_timestamp(self) -> tuple[int, int]:
@@ -478,8 +493,9 @@ def _first_record_at_or_after(
 ) -> tuple[int, int] | None:
     """``(timestamp, offset)`` of the batch's first record with timestamp >= ts and offset >= min.
 
-    LogAppendTime batches give every record the batch's max timestamp; otherwise the records are
-    decoded (one batch only).
+    LogAppendTime batches give every record the batch's max timestamp. Otherwise an uncompressed
+    batch is read only up to the match (record framing, timestamp and offset deltas: as Kafka's
+    streaming iterator does); a compressed or malformed one is decoded in full.
     """
     last = header.base_offset + header.last_offset_delta
     if last < min_offset:
@@ -488,7 +504,35 @@ def _first_record_at_or_after(
         if header.max_timestamp < ts_ms:
             return None
         return header.max_timestamp, max(header.base_offset, min_offset)
+    if not header.attributes & COMPRESSION_MASK:
+        found = _scan_plain_records(batch, header, ts_ms, min_offset)
+        if found is not _MALFORMED:
+            return found
     for rec in iter_records(batch):
         if rec.timestamp >= ts_ms and rec.offset >= min_offset:
             return rec.timestamp, rec.offset
+    return None
+
+
+_MALFORMED = object()
+
+
+def _scan_plain_records(batch, header: BatchHeader, ts_ms: int, min_offset: int):
+    """``_first_record_at_or_after`` over an uncompressed batch, decoding only what it needs;
+    ``_MALFORMED`` when the framing does not hold (the full decode then reports why)."""
+    end = len(batch)
+    pos = HEADER_SIZE
+    try:
+        for _ in range(header.records_count):
+            length, body = read_varint(batch, pos)
+            pos = body + length
+            if length < 0 or pos > end:
+                return _MALFORMED
+            ts_delta, at = read_varlong(batch, body + 1)  # + 1: the attributes byte
+            offset_delta, _ = read_varint(batch, at)
+            timestamp, offset = header.base_timestamp + ts_delta, header.base_offset + offset_delta
+            if timestamp >= ts_ms and offset >= min_offset:
+                return timestamp, offset
+    except VarintError:
+        return _MALFORMED
     return None

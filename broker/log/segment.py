@@ -9,6 +9,7 @@ the batches and updates the segment's bookkeeping in the same pass, so each batc
 from __future__ import annotations
 
 import os
+import struct
 from bisect import bisect_right
 from typing import Protocol
 
@@ -18,6 +19,7 @@ from .index import OffsetIndex, TimeIndex
 from .store import ReadBatch
 
 NO_TIMESTAMP = -1
+_LENGTH = struct.Struct(">i")  # a batch's length, at byte 8
 
 
 class SegmentData(Protocol):
@@ -226,13 +228,16 @@ class Segment:
     # -- reads ---------------------------------------------------------------------------------
 
     def read(
-        self, offset: int, max_bytes: int, min_one: bool, index_interval: int, chunk: int = 0
+        self, offset: int, max_bytes: int, min_one: bool, index_interval: int, chunk: int = 0,
+        headers: bool = True,
     ) -> tuple[memoryview | None, list[ReadBatch], bool]:
         """Batches from the one holding ``offset``, whole, within ``max_bytes``.
 
         Returns ``(buffer, batches, reached_end)``: each ``ReadBatch`` carries ``chunk`` and its
         position in the buffer; ``reached_end`` says the segment's last batch was included, so
-        a caller may continue with the next segment.
+        a caller may continue with the next segment. Without ``headers`` the batches are not
+        listed (Fetch only sends the bytes): their end is found from the offset index's last
+        entry within the budget and the lengths of the few batches after it.
         """
         end = self.size
         pos = self.index.lookup(offset - self.base_offset)
@@ -268,11 +273,15 @@ class Segment:
                 view = memoryview(buf)[p : p + first.size]
             else:
                 view = memoryview(self.data.read(abs_pos, first.size))
-            return view, [ReadBatch(chunk, 0, first)], abs_pos + first.size >= end
+            return view, [ReadBatch(chunk, 0, first)] if headers else [], abs_pos + first.size >= end
         want = min(max_bytes, end - abs_pos)
         if p + want > len(buf):
             buf = self.data.read(abs_pos, want)
             p = 0
+        if not headers:
+            jump = max(0, self.index.floor_position(abs_pos + want) - abs_pos)
+            q = _whole_batches_end(buf, p + jump, p + want)
+            return memoryview(buf)[p:q], [], abs_pos + (q - p) >= end
         # walk_headers, inlined: this loop runs once per batch of every fetch
         batches = []
         add = batches.append
@@ -288,3 +297,16 @@ class Segment:
             add(ReadBatch(chunk, q - p, make(fields)))
             q += size
         return memoryview(buf)[p:q], batches, abs_pos + (q - p) >= end
+
+
+def _whole_batches_end(buf, start: int, limit: int) -> int:
+    """Where the whole batches of ``buf[start:limit]`` end (``start``: a batch start), found
+    by their lengths only."""
+    q = start
+    length_at = _LENGTH.unpack_from
+    while limit - q >= HEADER_SIZE:
+        size = length_at(buf, q + 8)[0] + LOG_OVERHEAD
+        if size < HEADER_SIZE or q + size > limit:
+            break
+        q += size
+    return q

@@ -408,48 +408,76 @@ def _running_max(values: np.ndarray, restart: np.ndarray) -> np.ndarray:
     """Running maximum of ``values`` that starts over where ``restart`` is set."""
     if not len(values):
         return values
-    return pd.Series(values).groupby(np.cumsum(restart)).cummax().to_numpy()
+    segment = np.cumsum(restart) - 1
+    lo, hi = int(values.min()), int(values.max())
+    span = hi - lo + 1
+    if span * (int(segment[-1]) + 1) < (1 << 62):
+        # Lift each segment above all earlier ones: one accumulate over the whole array.
+        lifted = (values - lo) + segment * span
+        return np.maximum.accumulate(lifted) - segment * span + lo
+    return pd.Series(values).groupby(segment).cummax().to_numpy()
 
 
 # --- delivery health --------------------------------------------------------------------------------
 
+def _class_order(cls: np.ndarray, n_cls: int, f: np.ndarray, l: np.ndarray) -> np.ndarray:
+    """The order of rows by (class, f, l). A class's batches mostly come in offset order
+    already, so: a radix sort by class, then a stable (run-aware) sort by (class, f), which
+    is the answer unless rows equal in (class, f) are out of order in l."""
+    f_lo, f_span = int(f.min()), int(f.max()) - int(f.min()) + 1
+    if n_cls * f_span >= (1 << 62):
+        return np.lexsort((l, f, cls))
+    packed = cls * f_span + (f - f_lo)
+    if n_cls >= 1 << 16:
+        return np.lexsort((l, packed))
+    by_class = np.argsort(cls.astype(np.uint16), kind="stable")
+    order = by_class[np.argsort(packed[by_class], kind="stable")]
+    p, last = packed[order], l[order]
+    if np.any((p[1:] == p[:-1]) & (last[1:] < last[:-1])):
+        return np.lexsort((l, packed))
+    return order
+
+
 def _health(rows: _Rows, delivery_count_limit: int) -> Iterator[pa.RecordBatch]:
-    live = ~rows.t["tombstone"].to_numpy(zero_copy_only=False)
-    if not live.any():
+    t = rows.t
+    if not t.num_rows:
         return
-    t = rows.t.filter(pa.array(live))
-    row_kid, key_row = rows.kid[live], rows.key_row  # key_row: a row of each key id, in rows.t
     lists = t["state_batches"].combine_chunks()
     lengths = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False)  # explode skips nulls
     flat = pc.list_flatten(lists)
-    f = flat.field("first_offset").to_numpy()
-    l = flat.field("last_offset").to_numpy()
-    s = flat.field("delivery_state").to_numpy().astype(np.int64)
-    c = flat.field("delivery_count").to_numpy().astype(np.int64)
-    kid = np.repeat(row_kid, lengths)
-    terminal = (s == ACKNOWLEDGED) | (s == ARCHIVED)
-    kid, f, l, s, c = kid[terminal], f[terminal], l[terminal], s[terminal], c[terminal]
-    if not len(kid):
+    s = flat.field("delivery_state").to_numpy()
+    live = ~t["tombstone"].to_numpy(zero_copy_only=False)
+    terminal = ((s == ACKNOWLEDGED) | (s == ARCHIVED)) & np.repeat(live, lengths)
+    if not terminal.any():
         return
-    # distinct (key, f, l, s, c), ordered by class (key, s, c) and then (f, l)
+    kid = np.repeat(rows.kid, lengths)[terminal]
+    f = flat.field("first_offset").to_numpy()[terminal]
+    l = flat.field("last_offset").to_numpy()[terminal]
+    s = s[terminal].astype(np.int64)
+    c = flat.field("delivery_count").to_numpy()[terminal].astype(np.int64)
+    # Classes (key, state, count); each class's key, state and count by its id.
     cls, n_cls = _factorize(kid, s, c - c.min())
-    f_lo, f_span = int(f.min()), int(f.max()) - int(f.min()) + 1
-    if n_cls * f_span < (1 << 62):  # one sort key for (class, first offset)
-        order = np.lexsort((l, cls * f_span + (f - f_lo)))
-    else:
-        order = np.lexsort((l, f, cls))
-    k2, cls2, f2, l2, s2, c2 = kid[order], cls[order], f[order], l[order], s[order], c[order]
-    keep = np.ones(len(order), dtype=bool)
-    keep[1:] = (cls2[1:] != cls2[:-1]) | (f2[1:] != f2[:-1]) | (l2[1:] != l2[:-1])
-    k2, cls2, f2, l2, s2, c2 = k2[keep], cls2[keep], f2[keep], l2[keep], s2[keep], c2[keep]
-    new_class = np.ones(len(k2), dtype=bool)
-    new_class[1:] = cls2[1:] != cls2[:-1]
+    first = np.ones(len(cls), dtype=bool)
+    if len(cls) > 1:
+        first[1:] = cls[1:] > np.maximum.accumulate(cls)[:-1]
+    at = np.flatnonzero(first)
+    cls_key, cls_state, cls_count = kid[at], s[at], c[at]
+    # distinct (class, f, l), ordered by class and then (f, l)
+    order = _class_order(cls, n_cls, f, l)
+    cls, f, l = cls[order], f[order], l[order]
+    keep = np.ones(len(cls), dtype=bool)
+    keep[1:] = (cls[1:] != cls[:-1]) | (f[1:] != f[:-1]) | (l[1:] != l[:-1])
+    if not keep.all():
+        cls, f, l = cls[keep], f[keep], l[keep]
+    new_class = np.ones(len(cls), dtype=bool)
+    new_class[1:] = cls[1:] != cls[:-1]
     # Islands as the window query finds them: a row starts one unless its first offset is
     # within the largest last offset of the rows before it in its class.
-    reach = np.concatenate(([_I64_MIN], _running_max(l2, new_class)[:-1]))
-    island_starts = np.flatnonzero(new_class | (f2 > reach))
-    size = np.maximum.reduceat(l2, island_starts) - np.minimum.reduceat(f2, island_starts) + 1
-    ik, is_, ic = k2[island_starts], s2[island_starts], c2[island_starts]
+    reach = np.concatenate(([_I64_MIN], _running_max(l, new_class)[:-1]))
+    island_starts = np.flatnonzero(new_class | (f > reach))
+    size = np.maximum.reduceat(l, island_starts) - np.minimum.reduceat(f, island_starts) + 1
+    icls = cls[island_starts]
+    ik, is_, ic = cls_key[icls], cls_state[icls], cls_count[icls]
     zero = np.zeros(len(size), dtype=np.int64)
     parts = {
         "acknowledged": np.where(is_ == ACKNOWLEDGED, size, zero),
@@ -461,10 +489,10 @@ def _health(rows: _Rows, delivery_count_limit: int) -> Iterator[pa.RecordBatch]:
     keys = np.unique(ik)
     sums = {}
     for name, v in parts.items():
-        total = np.zeros(len(key_row), dtype=np.int64)
+        total = np.zeros(rows.keys, dtype=np.int64)
         np.add.at(total, ik, v)
         sums[name] = total[keys]
-    key_cols = rows.t.select(KEY_COLUMNS).take(pa.array(key_row[keys]))
+    key_cols = t.select(KEY_COLUMNS).take(pa.array(rows.key_row[keys]))
     yield pa.RecordBatch.from_arrays([*(key_cols[name].combine_chunks() for name in KEY_COLUMNS),
                                       *(pa.array(sums[name], pa.int64()) for name in _HEALTH_SCHEMA.names[4:])],
                                      schema=_HEALTH_SCHEMA)

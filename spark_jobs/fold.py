@@ -158,12 +158,18 @@ def replay_table(table: pa.Table) -> pa.RecordBatch | None:
     for a, b, g, t in zip(run_starts.tolist(), run_ends.tolist(), group_list, topic_list):
         runs.setdefault((g, t, int(parts[a])), []).append((a, b))
 
-    def batches(rows: np.ndarray) -> list[StateBatch]:
-        """The state batches of ``rows`` (in order), as the records carry them."""
+    def batches(rows: np.ndarray, below: int | None = None) -> list[StateBatch]:
+        """The state batches of ``rows`` (in order), as the records carry them; with
+        ``below``, leaving out those ending below it (``combine`` drops them first thing)."""
         if len(rows) and rows[-1] - rows[0] + 1 == len(rows) and listed[rows[0]:rows[-1] + 1].all():
             lo, hi = bounds[rows[0]], bounds[rows[-1] + 1]
-            return list(map(StateBatch._make, zip(firsts[lo:hi].tolist(), lasts[lo:hi].tolist(),
-                                                  states[lo:hi].tolist(), counts[lo:hi].tolist())))
+            f, la, st, cn = firsts[lo:hi], lasts[lo:hi], states[lo:hi], counts[lo:hi]
+            if below is not None:
+                keep = la >= below
+                f, la, st, cn = f[keep], la[keep], st[keep], cn[keep]
+            return list(map(StateBatch._make, zip(f.tolist(), la.tolist(), st.tolist(), cn.tolist())))
+        if below is not None:
+            return [b for b in batches(rows) if b.last_offset >= below]
         out: list[StateBatch] = []
         for i in rows.tolist():
             if listed[i]:
@@ -208,7 +214,10 @@ def replay_table(table: pa.Table) -> pa.RecordBatch | None:
             state[4] = int(dcc[updates[-1]])
             ranked = np.where(starts == -1, np.iinfo(np.int64).min, starts)
             if len(ranked) < 2 or np.all(ranked[1:] >= ranked[:-1]):
-                state_batches = combine((), state_batches + batches(updates), state[3])
+                below = None if state[3] == -1 else state[3]
+                if below is not None:
+                    state_batches = [b for b in state_batches if b.last_offset >= below]
+                state_batches = combine((), state_batches + batches(updates, below), state[3])
             else:
                 for u, s in zip(updates.tolist(), starts.tolist()):
                     state_batches = combine(state_batches, batches(np.array([u])), s)

@@ -19,6 +19,7 @@ import struct
 from typing import Any, Iterable
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 from crc32c import crc32c
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -330,6 +331,42 @@ def _varints(u8: np.ndarray, q: np.ndarray, limit: np.ndarray) -> tuple[np.ndarr
     return (raw >> 1) ^ -(raw & 1), q + size
 
 
+_MAX_GROUPED_KEY = 256  # longer keys are looked up one by one
+
+
+def _same_keys(u8: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Records grouped by equal key bytes: (each record's group, numbered by first appearance;
+    each group's first record), or None when the keys are too long to compare this way.
+
+    The keys, zero-padded to a whole number of 8-byte words, are hashed word by word; every
+    record is then compared in full with its group's first record, so a hash collision can
+    only return None, never a wrong grouping."""
+    n = len(key_pos)
+    if not n:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    width = -(-int(key_len.max()) // 8) * 8
+    if width > _MAX_GROUPED_KEY or width == 0:
+        return None
+    padded = u8 if int(key_pos.max()) + width <= len(u8) else np.concatenate([u8, np.zeros(width, np.uint8)])
+    windows = np.lib.stride_tricks.as_strided(padded, shape=(len(padded) - width + 1, width), strides=(1, 1),
+                                              writeable=False)
+    keys = windows[key_pos]
+    keys[np.arange(width) >= key_len[:, None]] = 0
+    words = keys.view(np.uint64)
+    h = key_len.astype(np.uint64)
+    for k in range(words.shape[1]):
+        h = h * np.uint64(0x9E3779B97F4A7C15) ^ words[:, k]
+    codes, uniques = pd.factorize(h)
+    first = np.ones(n, dtype=bool)
+    if n > 1:
+        first[1:] = codes[1:] > np.maximum.accumulate(codes)[:-1]
+    firsts = np.flatnonzero(first)
+    lead = firsts[codes]
+    if not (np.array_equal(keys, keys[lead]) and np.array_equal(key_len, key_len[lead])):
+        return None
+    return codes.astype(np.int64), firsts
+
+
 class _FastDecoder:
     """Decodes uncompressed batches of ShareSnapshot / ShareUpdate records into a batch of
     ``STATE_ARROW_SCHEMA`` without a Python object per record.
@@ -471,7 +508,17 @@ class _FastDecoder:
         return offsets, stamps, kid, value_pos, value_len, skipped
 
     def _key_ids(self, buf: bytes, u8: np.ndarray, key_pos: np.ndarray, key_len: np.ndarray) -> np.ndarray:
-        """The key id of every record (each distinct key decoded the first time it is seen)."""
+        """The key id of every record (each distinct key decoded the first time it is seen).
+
+        A state partition repeats a few keys, so the records are grouped by their key bytes
+        in numpy (``_same_keys``) and only one record of each group is looked up."""
+        grouped = _same_keys(u8, key_pos, key_len)
+        if grouped is None:
+            return self._key_ids_each(buf, key_pos, key_len)
+        codes, firsts = grouped
+        return self._key_ids_each(buf, key_pos[firsts], key_len[firsts])[codes]
+
+    def _key_ids_each(self, buf: bytes, key_pos: np.ndarray, key_len: np.ndarray) -> np.ndarray:
         ids = self._ids
         raws = [buf[a:a + n] for a, n in zip(key_pos.tolist(), key_len.tolist())]
         kids = [ids.get(raw) for raw in raws]

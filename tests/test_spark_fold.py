@@ -149,3 +149,53 @@ def test_delivery_health_merges_what_every_record_shows(spark):  # noqa: F811
     (h,) = delivery_health(df, 5).collect()
     assert (h["acknowledged"], h["archived_rejected"], h["archived_delivery_limit"], h["redelivered"],
             h["redeliveries"]) == (8, 1, 1, 5, 1 + 4 + 3 * 2)
+
+
+def _tuples(df, columns):
+    """A pandas frame's rows as sorted tuples of plain values (NaN and None alike)."""
+    def plain(v):
+        if isinstance(v, (list, tuple)) or hasattr(v, "tolist"):
+            return tuple(plain(x) for x in (v.tolist() if hasattr(v, "tolist") else v))
+        if isinstance(v, dict):
+            return tuple(plain(x) for x in v.values())
+        if hasattr(v, "asDict"):
+            return tuple(plain(x) for x in v)
+        return None if v is None or v != v else v
+    return sorted((tuple(plain(r[c]) for c in columns) for r in df.to_dict("records")), key=repr)
+
+
+def test_export_scan_equals_the_dataframe_fold(spark, tmp_path):  # noqa: F811
+    """``ExportScan.fold`` (numpy over the export files, a state partition per task) gives what
+    ``latest_state``, ``history_points`` and ``delivery_health`` give on the same rows."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from spark_jobs.export import COMMIT_FILE
+    from spark_jobs.export_scan import ExportScan
+    from spark_jobs.fold import history_points
+
+    table, _ = build(11, keys=30)
+    run = tmp_path / "run-00001"
+    run.mkdir()
+    for sp in range(3):
+        part = table.filter(pa.compute.equal(table["state_partition"], sp))
+        pq.write_table(part, run / f"part-{sp:05d}-0.parquet", row_group_size=max(1, part.num_rows // 3))
+    (tmp_path / COMMIT_FILE).write_text(json.dumps({"topic": "t", "runs": [run.name], "next_offsets": {}}))
+    rows = spark.createDataFrame(table, schema=STATE_SCHEMA)
+    bucket_ms, origin_ms = 7, 1_700_000_000_000
+
+    got = ExportScan(spark, tmp_path).fold(history=(bucket_ms, origin_ms), delivery_count_limit=3)
+    keys = ["state_partition", "group_id", "topic_id", "partition"]
+    latest = [*keys, "snapshot_epoch", "state_epoch", "leader_epoch", "start_offset", "delivery_complete_count",
+              "state_batches", "inflight_available", "inflight_acknowledged", "inflight_archived",
+              "inflight_redelivered", "max_delivery_count", "last_offset"]
+    assert _tuples(got["latest"], latest) == _tuples(latest_state(rows).toPandas(), latest)
+    points = [*keys, "at_ms", "start_offset", "delivery_complete_count", "state_offset"]
+    want = history_points(state_history(rows), bucket_ms, origin_ms).toPandas()
+    assert len(want) > len(got["latest"])  # several buckets per key
+    assert _tuples(got["points"], points) == _tuples(want, points)
+    health = [*keys, "acknowledged", "archived_rejected", "archived_delivery_limit", "redelivered", "redeliveries"]
+    want = delivery_health(rows, 3).toPandas()
+    assert want["archived_delivery_limit"].sum() and want["redelivered"].sum()
+    assert _tuples(got["health"], health) == _tuples(want, health)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import csv
 import json
+import random
 import time
 import uuid
 
+import numpy as np
 import pytest
 
 from tests.test_spark_support import create_topic, produce_state_records, spark, unique  # noqa: F401
@@ -24,11 +26,11 @@ from protocol.coordinator_records.share_update_key import ShareUpdateKey  # noqa
 from protocol.coordinator_records.share_update_value import ShareUpdateValue  # noqa: E402
 from protocol.coordinator_records.share_update_value import StateBatch as UB  # noqa: E402
 from protocol.coordinator_records.consumer_group_metadata_key import ConsumerGroupMetadataKey  # noqa: E402
-from protocol.records import Record  # noqa: E402
+from protocol.records import Record, build_batch  # noqa: E402
 from protocol.uuids import uuid_to_str  # noqa: E402
 from spark_jobs.export import COMMIT_FILE, export_share_state, read_export  # noqa: E402
 from spark_jobs.report import build_report  # noqa: E402
-from spark_jobs.state_rows import StateRowBuilder, to_record  # noqa: E402
+from spark_jobs.state_rows import StateRowBuilder, _same_keys, to_record  # noqa: E402
 from tests.raw_client import RawClient  # noqa: E402
 from tests.test_produce_support import batch, produce  # noqa: E402
 from tests.test_spark_lag import parse  # noqa: E402
@@ -96,6 +98,42 @@ def test_a_value_that_does_not_decode_fails_loudly():
     rows = StateRowBuilder()
     with pytest.raises(Exception, match="offset 0"):
         rows.add(0, [good._replace(value=good.value[:-3])])
+
+
+def test_same_keys_groups_records_by_their_key_bytes():
+    rng = random.Random(5)
+    # keys that differ in one byte, in length only (zero padding), and a few long ones
+    pool = [b"g", b"g\x00", b"g\x00\x00", b"h", bytes(8), bytes(9), b"x" * 300,
+            *(rng.randbytes(rng.randint(1, 40)) for _ in range(30))]
+    keys = [rng.choice(pool[:-31] if i % 2 else pool) for i in range(2000)]
+    buf = b"".join(keys) + b"!"
+    pos = np.cumsum([0, *map(len, keys[:-1])])
+    grouped = _same_keys(np.frombuffer(buf, np.uint8), pos, np.array([len(k) for k in keys]))
+    assert grouped is None  # a 300-byte key: too long to group in numpy
+    short = [k for k in keys if len(k) < 300]
+    buf = b"".join(short)  # the last key ends the buffer (no bytes after it to pad with)
+    pos = np.cumsum([0, *map(len, short[:-1])])
+    codes, firsts = _same_keys(np.frombuffer(buf, np.uint8), pos, np.array([len(k) for k in short]))
+    numbered: dict[bytes, int] = {}
+    assert codes.tolist() == [numbered.setdefault(k, len(numbered)) for k in short]
+    assert [short[i] for i in firsts] == list(numbered)
+
+
+def test_column_wise_decoding_gives_the_rows_of_the_record_by_record_path():
+    rng = random.Random(9)
+    tids = [uuid.UUID(int=rng.getrandbits(128)) for _ in range(3)]
+    records = []
+    for i in range(600):
+        g, tid, p = f"group-{rng.randint(0, 12) * 'x'}", rng.choice(tids), rng.randint(0, 40)
+        make = snapshot if i % 7 == 0 else update
+        records.append(make(g, tid, p, start=i, dcc=rng.choice([-1, i]), batches=[(i, i + 2, ACK, 1)]))
+    raws = raw_records(records)
+    buf = b"".join(build_batch(raws[i:i + 5], base_offset=i) for i in range(0, len(raws), 5))
+    fast, general = StateRowBuilder(), StateRowBuilder()
+    fast.add_raw(3, buf, 0, len(buf), 0, len(raws))
+    general.add(3, raws)
+    assert fast._pieces, "decoded column-wise"
+    assert fast.take().to_pylist() == general.take().to_pylist()
 
 
 def read_csv(path):

@@ -112,8 +112,8 @@ def _overlay(window, new, start_offset: int) -> list[StateBatch] | None:
                 return
         out.append(b)
 
-    k, n = 0, len(window)
-    w = window[0] if n else None  # the window batch at k, its front cut off by earlier new batches
+    rest = iter(window)
+    w = next(rest, None)  # the next window batch, its front cut off by earlier new batches
     for b in new:
         first, last, state, count = b
         if start_offset != -1 and first < start_offset:
@@ -123,8 +123,7 @@ def _overlay(window, new, start_offset: int) -> list[StateBatch] | None:
             b = StateBatch(first, last, state, count)
         while w is not None and w.last_offset < first:
             push(w)
-            k += 1
-            w = window[k] if k < n else None
+            w = next(rest, None)
         while w is not None and w.first_offset <= last:
             if w.delivery_count > count or (w.delivery_count == count and w.delivery_state > state):
                 return None
@@ -133,13 +132,11 @@ def _overlay(window, new, start_offset: int) -> list[StateBatch] | None:
             if w.last_offset > last:
                 w = StateBatch(last + 1, w.last_offset, w.delivery_state, w.delivery_count)
                 break
-            k += 1
-            w = window[k] if k < n else None
+            w = next(rest, None)
         push(b)
     while w is not None:
         push(w)
-        k += 1
-        w = window[k] if k < n else None
+        w = next(rest, None)
     return out
 
 

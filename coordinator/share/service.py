@@ -253,9 +253,12 @@ class ShareCoordinatorService:
                 pending.append((len(responses), sp, sub, offsets))
             responses.append(response)
         if pending:
-            outcomes = await asyncio.gather(
-                *(self.journal.sync(sp, offsets) for _, sp, _, offsets in pending), return_exceptions=True
-            ) if len(pending) > 1 else [await _outcome(self.journal.sync(pending[0][1], pending[0][3]))]
+            if len(pending) == 1:  # a leader's write: no task for its one sync
+                outcomes = [await _outcome(self.journal.sync(pending[0][1], pending[0][3]))]
+            else:
+                outcomes = await asyncio.gather(
+                    *(self.journal.sync(sp, offsets) for _, sp, _, offsets in pending), return_exceptions=True
+                )
             for (i, _, sub, _), outcome in zip(pending, outcomes):
                 if isinstance(outcome, BaseException):
                     responses[i] = self._write_failed(api, sub, outcome)

@@ -873,7 +873,7 @@ class SharePartition:
             if i < 0:
                 if e.pending == tid:
                     yield e, -1, -1, old_state, old_count, old_member
-            elif e.pendings[i:j].count(tid) == j - i:
+            elif (e.pendings[i] == tid) if j - i == 1 else (e.pendings[i:j].count(tid) == j - i):
                 yield e, i, j, old_state, old_count, old_member
             else:
                 for k in range(i, j):
@@ -885,16 +885,9 @@ class SharePartition:
         if not t._open:
             return
         t._open = False
-        tid = t.id
-        self._open.pop(tid, None)
-        cache = self._cache
-        for key, i, j, _, _, _ in t._undo:
-            e = cache.get(key)
-            if e is None:
-                continue
+        self._open.pop(t.id, None)
+        for e, i, j, _, _, _ in self._holders(t):
             if i < 0:
-                if e.pending != tid:
-                    continue
                 e.pending = 0
                 self._unref(e.lock)
                 e.lock = 0
@@ -902,9 +895,6 @@ class SharePartition:
                     self._find_next = True
                 continue
             n = j - i
-            if (e.pendings[i] != tid) if n == 1 else (e.pendings[i:j].count(tid) != n):
-                self._commit_offsets(e, i, j, tid)
-                continue
             locks = e.locks
             token = locks[i]
             if n == 1 or locks[i:j].count(token) == n:
@@ -921,17 +911,6 @@ class SharePartition:
         if self._stragglers:
             self._settle_below_start()
         self._advance()
-
-    def _commit_offsets(self, e: InFlightBatch, i: int, j: int, tid: int) -> None:
-        """Commit the offsets of [i, j) still pending for ``tid`` one by one (rare)."""
-        pendings, locks = e.pendings, e.locks
-        for k in range(i, j):
-            if pendings[k] == tid:
-                pendings[k] = 0
-                self._unref(locks[k])
-                locks[k] = 0
-                if e.states[k] == AVAILABLE:
-                    self._find_next = True
 
     def rollback(self, t: Transition) -> None:
         """The write failed: restore the records as they were before ``t``.

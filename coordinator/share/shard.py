@@ -190,18 +190,18 @@ def _apply(entry: KeyEntry | None, key, value, batches: tuple[StateBatch, ...] |
     ``batches`` are the value's state batches if the caller has them as StateBatch already."""
     if value is None:
         return None
+    if batches is None:
+        batches = _batches(value.state_batches)
     if isinstance(key, ShareSnapshotKey):
         state = SharePartitionState(
             value.snapshot_epoch, value.state_epoch, value.leader_epoch, value.start_offset,
-            value.delivery_complete_count, _batches(value.state_batches) if batches is None else batches,
+            value.delivery_complete_count, batches,
             value.create_timestamp, value.write_timestamp)
         if entry is None:
             return KeyEntry(state, value.leader_epoch, value.state_epoch, 0)
         return KeyEntry(state, _max(entry.leader_epoch_fence, value.leader_epoch),
                         _max(entry.state_epoch_fence, value.state_epoch), 0)
     # ShareUpdate: an increment on top of the current state; it has no state epoch.
-    if batches is None:
-        batches = _batches(value.state_batches)
     if entry is None:
         state = SharePartitionState(value.snapshot_epoch, UNINITIALIZED_EPOCH, value.leader_epoch,
                                     value.start_offset, value.delivery_complete_count,

@@ -151,3 +151,29 @@ def test_truncated_input_raises_decode_error_only():
     for cut in range(len(raw)):
         with pytest.raises(DecodeError):
             MetadataResponse.from_bytes(raw[:cut], 12)
+
+
+def test_inline_compact_paths_truncated_and_long():
+    """Generated decoders read one-byte compact lengths, one-element int arrays and empty tag
+    sections inline: every cut still gives DecodeError, and lengths of two varint bytes, null
+    arrays and tagged fields still take the checked path."""
+    from uuid import UUID
+
+    from protocol.messages.share_acknowledge_request import (
+        AcknowledgementBatch, AcknowledgePartition, AcknowledgeTopic, ShareAcknowledgeRequest)
+
+    def request(n_batches: int) -> ShareAcknowledgeRequest:
+        batches = [AcknowledgementBatch(i * 10, i * 10 + (i % 3), [1] if i % 3 == 0 else [1] * (i % 3 + 1))
+                   for i in range(n_batches)]
+        return ShareAcknowledgeRequest(group_id="g", member_id="m", share_session_epoch=2, topics=[
+            AcknowledgeTopic(UUID(int=7), [AcknowledgePartition(0, batches)])])
+
+    raw = request(3).to_bytes(2)
+    for cut in range(len(raw)):
+        with pytest.raises(DecodeError):
+            ShareAcknowledgeRequest.from_bytes(raw[:cut], 2)
+    big = request(300)  # 301 needs two varint bytes
+    assert ShareAcknowledgeRequest.from_bytes(big.to_bytes(2), 2) == big
+    null_group = request(1)
+    null_group.group_id = None
+    assert ShareAcknowledgeRequest.from_bytes(null_group.to_bytes(2), 2) == null_group

@@ -192,13 +192,31 @@ def _dec_field(ctx: _Ctx, vs: _Version, f: Field, target: str, ind: str, dec_fns
         return _dec_value(ctx, vs, f, target, ind, dec_fns, vs.nullable(f))
     c = "c" if vs.compact(f) else ""
     n = "n" if vs.nullable(f) else ""
-    lines = [f"{ind}n, pos = r_{c}{n}len(buf, pos)"]
+    if c:
+        # The usual one-byte length inline (a short count needs no size check before the
+        # elements are read); longer, null or malformed lengths take the checked path.
+        lines = [
+            f"{ind}n = buf[pos] - 1",
+            f"{ind}if {'-1' if n else '0'} <= n < 127:",
+            f"{ind}    pos += 1",
+            f"{ind}else:",
+            f"{ind}    n, pos = r_c{n}len(buf, pos)",
+        ]
+    else:
+        lines = [f"{ind}n, pos = r_{n}len(buf, pos)"]
     inner = ind
     if n:
         lines += [f"{ind}if n < 0:", f"{ind}    {target} = None", f"{ind}else:"]
         inner = ind + "    "
     if not f.is_struct and f.type in FIXED_TYPES and f.type not in ("uuid", "bool"):
-        lines.append(f"{inner}{target}, pos = r_int_array(buf, pos, {FIXED_TYPES[f.type]!r}, n)")
+        code = FIXED_TYPES[f.type]
+        lines += [  # one element (an acknowledge type, a replica) is the common case
+            f"{inner}if n == 1:",
+            f"{inner}    {target} = [*{ctx.fmt('>' + code)}.unpack_from(buf, pos)]",
+            f"{inner}    pos += {_struct.calcsize('>' + code)}",
+            f"{inner}else:",
+            f"{inner}    {target}, pos = r_int_array(buf, pos, {code!r}, n)",
+        ]
     else:
         lines += [f"{inner}{target} = []", f"{inner}for _ in range(n):"]
         lines += _dec_value(ctx, vs, f, "x", inner + "    ", dec_fns, False)
@@ -281,7 +299,7 @@ def _decoder(ctx: _Ctx, vs: _Version, s: Struct, dec_fns: dict) -> str:
     if vs.flexible:
         tagged = vs.tagged(s)
         if not tagged:
-            lines.append("    pos = skip_tags(buf, pos)")
+            lines += ["    if buf[pos]:", "        pos = skip_tags(buf, pos)", "    else:", "        pos += 1"]
         else:
             for f in tagged:
                 present.add(f.attr)

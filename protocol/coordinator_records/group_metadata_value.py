@@ -237,7 +237,10 @@ def _d_MemberMetadata_3(buf, pos):
     pos += 8
     f_subscription, pos = r_cbytes(buf, pos)
     f_assignment, pos = r_cbytes(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MemberMetadata(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_rebalance_timeout, f_session_timeout, f_subscription, f_assignment), pos
 
 
@@ -263,12 +266,19 @@ def _d_GroupMetadataValue_4(buf, pos):
     f_leader, pos = r_cnstring(buf, pos)
     f_current_state_timestamp, = _S2.unpack_from(buf, pos)
     pos += 8
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_members = []
     for _ in range(n):
         x, pos = _d_MemberMetadata_3(buf, pos)
         f_members.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return GroupMetadataValue(f_protocol_type, f_generation, f_protocol, f_leader, f_current_state_timestamp, f_members), pos
 
 

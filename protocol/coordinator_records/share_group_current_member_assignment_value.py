@@ -29,7 +29,8 @@ class ShareGroupCurrentMemberAssignmentValue(Message):
 
 
 _S0 = _Struct('>16s')
-_S1 = _Struct('>iib')
+_S1 = _Struct('>i')
+_S2 = _Struct('>iib')
 
 
 def _e_TopicPartitions_0(o, b, parts):
@@ -45,14 +46,25 @@ def _d_TopicPartitions_0(buf, pos):
     f_topic_id, = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S1.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicPartitions(f_topic_id, f_partitions), pos
 
 
 def _e_ShareGroupCurrentMemberAssignmentValue_0(o, b, parts):
-    b += _S1.pack(o.member_epoch, o.previous_member_epoch, o.state)
+    b += _S2.pack(o.member_epoch, o.previous_member_epoch, o.state)
     v = o.assigned_partitions
     w_clen(b, v)
     for x in v:
@@ -62,14 +74,21 @@ def _e_ShareGroupCurrentMemberAssignmentValue_0(o, b, parts):
 
 
 def _d_ShareGroupCurrentMemberAssignmentValue_0(buf, pos):
-    f_member_epoch, f_previous_member_epoch, f_state, = _S1.unpack_from(buf, pos)
+    f_member_epoch, f_previous_member_epoch, f_state, = _S2.unpack_from(buf, pos)
     pos += 9
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_assigned_partitions = []
     for _ in range(n):
         x, pos = _d_TopicPartitions_0(buf, pos)
         f_assigned_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareGroupCurrentMemberAssignmentValue(f_member_epoch, f_previous_member_epoch, f_state, f_assigned_partitions), pos
 
 

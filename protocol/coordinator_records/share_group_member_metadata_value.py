@@ -38,12 +38,19 @@ def _d_ShareGroupMemberMetadataValue_0(buf, pos):
     f_rack_id, pos = r_cnstring(buf, pos)
     f_client_id, pos = r_cstring(buf, pos)
     f_client_host, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_subscribed_topic_names = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_subscribed_topic_names.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareGroupMemberMetadataValue(f_rack_id, f_client_id, f_client_host, f_subscribed_topic_names), pos
 
 

@@ -30,7 +30,10 @@ def _e_ShareGroupMetadataValue_0(o, b, parts):
 def _d_ShareGroupMetadataValue_0(buf, pos):
     f_epoch, f_metadata_hash, = _S0.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareGroupMetadataValue(f_epoch, f_metadata_hash), pos
 
 

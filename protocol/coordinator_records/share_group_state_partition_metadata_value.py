@@ -37,6 +37,7 @@ class ShareGroupStatePartitionMetadataValue(Message):
 
 
 _S0 = _Struct('>16s')
+_S1 = _Struct('>i')
 
 
 def _e_TopicPartitionsInfo_0(o, b, parts):
@@ -54,9 +55,20 @@ def _d_TopicPartitionsInfo_0(buf, pos):
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     f_topic_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S1.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicPartitionsInfo(f_topic_id, f_topic_name, f_partitions), pos
 
 
@@ -72,7 +84,10 @@ def _d_TopicInfo_0(buf, pos):
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     f_topic_name, pos = r_cstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicInfo(f_topic_id, f_topic_name), pos
 
 
@@ -94,22 +109,37 @@ def _e_ShareGroupStatePartitionMetadataValue_0(o, b, parts):
 
 
 def _d_ShareGroupStatePartitionMetadataValue_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_initializing_topics = []
     for _ in range(n):
         x, pos = _d_TopicPartitionsInfo_0(buf, pos)
         f_initializing_topics.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_initialized_topics = []
     for _ in range(n):
         x, pos = _d_TopicPartitionsInfo_0(buf, pos)
         f_initialized_topics.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_deleting_topics = []
     for _ in range(n):
         x, pos = _d_TopicInfo_0(buf, pos)
         f_deleting_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareGroupStatePartitionMetadataValue(f_initializing_topics, f_initialized_topics, f_deleting_topics), pos
 
 

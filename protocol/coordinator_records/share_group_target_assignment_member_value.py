@@ -26,6 +26,7 @@ class ShareGroupTargetAssignmentMemberValue(Message):
 
 
 _S0 = _Struct('>16s')
+_S1 = _Struct('>i')
 
 
 def _e_TopicPartition_0(o, b, parts):
@@ -41,9 +42,20 @@ def _d_TopicPartition_0(buf, pos):
     f_topic_id, = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S1.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicPartition(f_topic_id, f_partitions), pos
 
 
@@ -57,12 +69,19 @@ def _e_ShareGroupTargetAssignmentMemberValue_0(o, b, parts):
 
 
 def _d_ShareGroupTargetAssignmentMemberValue_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topic_partitions = []
     for _ in range(n):
         x, pos = _d_TopicPartition_0(buf, pos)
         f_topic_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareGroupTargetAssignmentMemberValue(f_topic_partitions), pos
 
 

@@ -48,7 +48,10 @@ def _e_StateBatch_0(o, b, parts):
 def _d_StateBatch_0(buf, pos):
     f_first_offset, f_last_offset, f_delivery_state, f_delivery_count, = _S0.unpack_from(buf, pos)
     pos += 19
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return StateBatch(f_first_offset, f_last_offset, f_delivery_state, f_delivery_count), pos
 
 
@@ -71,7 +74,11 @@ def _e_ShareSnapshotValue_0(o, b, parts):
 def _d_ShareSnapshotValue_0(buf, pos):
     f_snapshot_epoch, f_state_epoch, f_leader_epoch, f_start_offset, f_create_timestamp, f_write_timestamp, = _S1.unpack_from(buf, pos)
     pos += 36
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_state_batches = []
     for _ in range(n):
         x, pos = _d_StateBatch_0(buf, pos)

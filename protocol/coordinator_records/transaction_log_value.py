@@ -35,10 +35,11 @@ class TransactionLogValue(Message):
         self.client_transaction_version = client_transaction_version
 
 
-_S0 = _Struct('>qhib')
-_S1 = _Struct('>qq')
-_S2 = _Struct('>q')
-_S3 = _Struct('>h')
+_S0 = _Struct('>i')
+_S1 = _Struct('>qhib')
+_S2 = _Struct('>qq')
+_S3 = _Struct('>q')
+_S4 = _Struct('>h')
 
 
 def _e_PartitionsSchema_0(o, b, parts):
@@ -52,23 +53,27 @@ def _e_PartitionsSchema_0(o, b, parts):
 def _d_PartitionsSchema_0(buf, pos):
     f_topic, pos = r_string(buf, pos)
     n, pos = r_len(buf, pos)
-    f_partition_ids, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_partition_ids = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partition_ids, pos = r_int_array(buf, pos, 'i', n)
     return PartitionsSchema(f_topic, f_partition_ids), pos
 
 
 def _e_TransactionLogValue_0(o, b, parts):
-    b += _S0.pack(o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
+    b += _S1.pack(o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
     v = o.transaction_partitions
     w_nlen(b, v)
     if v is not None:
         for x in v:
             b = _e_PartitionsSchema_0(x, b, parts)
-    b += _S1.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
+    b += _S2.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
     return b
 
 
 def _d_TransactionLogValue_0(buf, pos):
-    f_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status, = _S0.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status, = _S1.unpack_from(buf, pos)
     pos += 15
     n, pos = r_nlen(buf, pos)
     if n < 0:
@@ -78,7 +83,7 @@ def _d_TransactionLogValue_0(buf, pos):
         for _ in range(n):
             x, pos = _d_PartitionsSchema_0(buf, pos)
             f_transaction_partitions.append(x)
-    f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, = _S1.unpack_from(buf, pos)
+    f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, = _S2.unpack_from(buf, pos)
     pos += 16
     return TransactionLogValue(f_producer_id, -1, -1, f_producer_epoch, -1, f_transaction_timeout_ms, f_transaction_status, f_transaction_partitions, f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, 0), pos
 
@@ -94,49 +99,64 @@ def _e_PartitionsSchema_1(o, b, parts):
 
 def _d_PartitionsSchema_1(buf, pos):
     f_topic, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partition_ids, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partition_ids = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partition_ids, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionsSchema(f_topic, f_partition_ids), pos
 
 
 def _e_TransactionLogValue_1(o, b, parts):
-    b += _S0.pack(o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
+    b += _S1.pack(o.producer_id, o.producer_epoch, o.transaction_timeout_ms, o.transaction_status)
     v = o.transaction_partitions
     w_cnlen(b, v)
     if v is not None:
         for x in v:
             b = _e_PartitionsSchema_1(x, b, parts)
-    b += _S1.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
+    b += _S2.pack(o.transaction_last_update_timestamp_ms, o.transaction_start_timestamp_ms)
     tg = []
     v = o.previous_producer_id
     if v != -1:
         t = bytearray()
-        t += _S2.pack(v)
+        t += _S3.pack(v)
         tg.append((0, t))
     v = o.next_producer_id
     if v != -1:
         t = bytearray()
-        t += _S2.pack(v)
+        t += _S3.pack(v)
         tg.append((1, t))
     v = o.client_transaction_version
     if v != 0:
         t = bytearray()
-        t += _S3.pack(v)
+        t += _S4.pack(v)
         tg.append((2, t))
     v = o.next_producer_epoch
     if v != -1:
         t = bytearray()
-        t += _S3.pack(v)
+        t += _S4.pack(v)
         tg.append((3, t))
     w_tags(b, tg)
     return b
 
 
 def _d_TransactionLogValue_1(buf, pos):
-    f_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status, = _S0.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch, f_transaction_timeout_ms, f_transaction_status, = _S1.unpack_from(buf, pos)
     pos += 15
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_transaction_partitions = None
     else:
@@ -144,7 +164,7 @@ def _d_TransactionLogValue_1(buf, pos):
         for _ in range(n):
             x, pos = _d_PartitionsSchema_1(buf, pos)
             f_transaction_partitions.append(x)
-    f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, = _S1.unpack_from(buf, pos)
+    f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, = _S2.unpack_from(buf, pos)
     pos += 16
     f_previous_producer_id = -1
     f_next_producer_id = -1
@@ -158,16 +178,16 @@ def _d_TransactionLogValue_1(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            f_previous_producer_id, = _S2.unpack_from(buf, pos)
+            f_previous_producer_id, = _S3.unpack_from(buf, pos)
             pos += 8
         elif tag == 1:
-            f_next_producer_id, = _S2.unpack_from(buf, pos)
+            f_next_producer_id, = _S3.unpack_from(buf, pos)
             pos += 8
         elif tag == 2:
-            f_client_transaction_version, = _S3.unpack_from(buf, pos)
+            f_client_transaction_version, = _S4.unpack_from(buf, pos)
             pos += 2
         elif tag == 3:
-            f_next_producer_epoch, = _S3.unpack_from(buf, pos)
+            f_next_producer_epoch, = _S4.unpack_from(buf, pos)
             pos += 2
         pos = end
     return TransactionLogValue(f_producer_id, f_previous_producer_id, f_next_producer_id, f_producer_epoch, f_next_producer_epoch, f_transaction_timeout_ms, f_transaction_status, f_transaction_partitions, f_transaction_last_update_timestamp_ms, f_transaction_start_timestamp_ms, f_client_transaction_version), pos

@@ -51,7 +51,10 @@ def _d_AddOffsetsToTxnRequest_1(buf, pos):
     f_producer_id, f_producer_epoch, = _S0.unpack_from(buf, pos)
     pos += 10
     f_group_id, pos = r_cstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddOffsetsToTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_group_id), pos
 
 

@@ -40,8 +40,9 @@ class AddPartitionsToTxnRequest(Message):
         self.v3_and_below_topics = [] if v3_and_below_topics is MISSING else v3_and_below_topics
 
 
-_S0 = _Struct('>qh')
-_S1 = _Struct('>qh?')
+_S0 = _Struct('>i')
+_S1 = _Struct('>qh')
+_S2 = _Struct('>qh?')
 
 
 def _e_AddPartitionsToTxnTopic_0(o, b, parts):
@@ -55,7 +56,11 @@ def _e_AddPartitionsToTxnTopic_0(o, b, parts):
 def _d_AddPartitionsToTxnTopic_0(buf, pos):
     f_name, pos = r_string(buf, pos)
     n, pos = r_len(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_partitions = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
     return AddPartitionsToTxnTopic(f_name, f_partitions), pos
 
 
@@ -69,7 +74,7 @@ def _d_AddPartitionsToTxnTransaction_0(buf, pos):
 
 def _e_AddPartitionsToTxnRequest_0(o, b, parts):
     w_string(b, o.v3_and_below_transactional_id)
-    b += _S0.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
+    b += _S1.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
     v = o.v3_and_below_topics
     w_len(b, v)
     for x in v:
@@ -79,7 +84,7 @@ def _e_AddPartitionsToTxnRequest_0(o, b, parts):
 
 def _d_AddPartitionsToTxnRequest_0(buf, pos):
     f_v3_and_below_transactional_id, pos = r_string(buf, pos)
-    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, = _S0.unpack_from(buf, pos)
+    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, = _S1.unpack_from(buf, pos)
     pos += 10
     n, pos = r_len(buf, pos)
     f_v3_and_below_topics = []
@@ -100,9 +105,20 @@ def _e_AddPartitionsToTxnTopic_1(o, b, parts):
 
 def _d_AddPartitionsToTxnTopic_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddPartitionsToTxnTopic(f_name, f_partitions), pos
 
 
@@ -112,13 +128,16 @@ def _e_AddPartitionsToTxnTransaction_1(o, b, parts):
 
 
 def _d_AddPartitionsToTxnTransaction_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddPartitionsToTxnTransaction('', 0, 0, False, MISSING), pos
 
 
 def _e_AddPartitionsToTxnRequest_1(o, b, parts):
     w_cstring(b, o.v3_and_below_transactional_id)
-    b += _S0.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
+    b += _S1.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
     v = o.v3_and_below_topics
     w_clen(b, v)
     for x in v:
@@ -129,20 +148,27 @@ def _e_AddPartitionsToTxnRequest_1(o, b, parts):
 
 def _d_AddPartitionsToTxnRequest_1(buf, pos):
     f_v3_and_below_transactional_id, pos = r_cstring(buf, pos)
-    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, = _S0.unpack_from(buf, pos)
+    f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, = _S1.unpack_from(buf, pos)
     pos += 10
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_v3_and_below_topics = []
     for _ in range(n):
         x, pos = _d_AddPartitionsToTxnTopic_1(buf, pos)
         f_v3_and_below_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddPartitionsToTxnRequest(MISSING, f_v3_and_below_transactional_id, f_v3_and_below_producer_id, f_v3_and_below_producer_epoch, f_v3_and_below_topics), pos
 
 
 def _e_AddPartitionsToTxnTransaction_2(o, b, parts):
     w_cstring(b, o.transactional_id)
-    b += _S1.pack(o.producer_id, o.producer_epoch, o.verify_only)
+    b += _S2.pack(o.producer_id, o.producer_epoch, o.verify_only)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -153,14 +179,21 @@ def _e_AddPartitionsToTxnTransaction_2(o, b, parts):
 
 def _d_AddPartitionsToTxnTransaction_2(buf, pos):
     f_transactional_id, pos = r_cstring(buf, pos)
-    f_producer_id, f_producer_epoch, f_verify_only, = _S1.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch, f_verify_only, = _S2.unpack_from(buf, pos)
     pos += 11
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_AddPartitionsToTxnTopic_1(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddPartitionsToTxnTransaction(f_transactional_id, f_producer_id, f_producer_epoch, f_verify_only, f_topics), pos
 
 
@@ -174,12 +207,19 @@ def _e_AddPartitionsToTxnRequest_2(o, b, parts):
 
 
 def _d_AddPartitionsToTxnRequest_2(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_transactions = []
     for _ in range(n):
         x, pos = _d_AddPartitionsToTxnTransaction_2(buf, pos)
         f_transactions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddPartitionsToTxnRequest(f_transactions, '', 0, 0, MISSING), pos
 
 

@@ -115,7 +115,10 @@ def _e_AddPartitionsToTxnPartitionResult_1(o, b, parts):
 def _d_AddPartitionsToTxnPartitionResult_1(buf, pos):
     f_partition_index, f_partition_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddPartitionsToTxnPartitionResult(f_partition_index, f_partition_error_code), pos
 
 
@@ -131,12 +134,19 @@ def _e_AddPartitionsToTxnTopicResult_1(o, b, parts):
 
 def _d_AddPartitionsToTxnTopicResult_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results_by_partition = []
     for _ in range(n):
         x, pos = _d_AddPartitionsToTxnPartitionResult_1(buf, pos)
         f_results_by_partition.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddPartitionsToTxnTopicResult(f_name, f_results_by_partition), pos
 
 
@@ -146,7 +156,10 @@ def _e_AddPartitionsToTxnResult_1(o, b, parts):
 
 
 def _d_AddPartitionsToTxnResult_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddPartitionsToTxnResult('', MISSING), pos
 
 
@@ -163,12 +176,19 @@ def _e_AddPartitionsToTxnResponse_1(o, b, parts):
 def _d_AddPartitionsToTxnResponse_1(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results_by_topic_v3_and_below = []
     for _ in range(n):
         x, pos = _d_AddPartitionsToTxnTopicResult_1(buf, pos)
         f_results_by_topic_v3_and_below.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddPartitionsToTxnResponse(f_throttle_time_ms, 0, MISSING, f_results_by_topic_v3_and_below), pos
 
 
@@ -184,12 +204,19 @@ def _e_AddPartitionsToTxnResult_2(o, b, parts):
 
 def _d_AddPartitionsToTxnResult_2(buf, pos):
     f_transactional_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topic_results = []
     for _ in range(n):
         x, pos = _d_AddPartitionsToTxnTopicResult_1(buf, pos)
         f_topic_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddPartitionsToTxnResult(f_transactional_id, f_topic_results), pos
 
 
@@ -206,12 +233,19 @@ def _e_AddPartitionsToTxnResponse_2(o, b, parts):
 def _d_AddPartitionsToTxnResponse_2(buf, pos):
     f_throttle_time_ms, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results_by_transaction = []
     for _ in range(n):
         x, pos = _d_AddPartitionsToTxnResult_2(buf, pos)
         f_results_by_transaction.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AddPartitionsToTxnResponse(f_throttle_time_ms, f_error_code, f_results_by_transaction, MISSING), pos
 
 

@@ -103,7 +103,10 @@ def _e_AlterableConfig_1(o, b, parts):
 def _d_AlterableConfig_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
     f_value, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AlterableConfig(f_name, f_value), pos
 
 
@@ -122,12 +125,19 @@ def _d_AlterConfigsResource_1(buf, pos):
     f_resource_type, = _S0.unpack_from(buf, pos)
     pos += 1
     f_resource_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_configs = []
     for _ in range(n):
         x, pos = _d_AlterableConfig_1(buf, pos)
         f_configs.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AlterConfigsResource(f_resource_type, f_resource_name, f_configs), pos
 
 
@@ -142,14 +152,21 @@ def _e_AlterConfigsRequest_1(o, b, parts):
 
 
 def _d_AlterConfigsRequest_1(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_resources = []
     for _ in range(n):
         x, pos = _d_AlterConfigsResource_1(buf, pos)
         f_resources.append(x)
     f_validate_only, = _S1.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AlterConfigsRequest(f_resources, f_validate_only), pos
 
 

@@ -87,7 +87,10 @@ def _d_AlterConfigsResourceResponse_1(buf, pos):
     f_resource_type, = _S1.unpack_from(buf, pos)
     pos += 1
     f_resource_name, pos = r_cstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AlterConfigsResourceResponse(f_error_code, f_error_message, f_resource_type, f_resource_name), pos
 
 
@@ -104,12 +107,19 @@ def _e_AlterConfigsResponse_1(o, b, parts):
 def _d_AlterConfigsResponse_1(buf, pos):
     f_throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_AlterConfigsResourceResponse_1(buf, pos)
         f_responses.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AlterConfigsResponse(f_throttle_time_ms, f_responses), pos
 
 

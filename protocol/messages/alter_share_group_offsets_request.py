@@ -46,7 +46,10 @@ def _e_AlterShareGroupOffsetsRequestPartition_0(o, b, parts):
 def _d_AlterShareGroupOffsetsRequestPartition_0(buf, pos):
     f_partition_index, f_start_offset, = _S0.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AlterShareGroupOffsetsRequestPartition(f_partition_index, f_start_offset), pos
 
 
@@ -62,12 +65,19 @@ def _e_AlterShareGroupOffsetsRequestTopic_0(o, b, parts):
 
 def _d_AlterShareGroupOffsetsRequestTopic_0(buf, pos):
     f_topic_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_AlterShareGroupOffsetsRequestPartition_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AlterShareGroupOffsetsRequestTopic(f_topic_name, f_partitions), pos
 
 
@@ -83,12 +93,19 @@ def _e_AlterShareGroupOffsetsRequest_0(o, b, parts):
 
 def _d_AlterShareGroupOffsetsRequest_0(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_AlterShareGroupOffsetsRequestTopic_0(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AlterShareGroupOffsetsRequest(f_group_id, f_topics), pos
 
 

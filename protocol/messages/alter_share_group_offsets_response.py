@@ -53,7 +53,10 @@ def _d_AlterShareGroupOffsetsResponsePartition_0(buf, pos):
     f_partition_index, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AlterShareGroupOffsetsResponsePartition(f_partition_index, f_error_code, f_error_message), pos
 
 
@@ -73,12 +76,19 @@ def _d_AlterShareGroupOffsetsResponseTopic_0(buf, pos):
     f_topic_id, = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_AlterShareGroupOffsetsResponsePartition_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AlterShareGroupOffsetsResponseTopic(f_topic_name, f_topic_id, f_partitions), pos
 
 
@@ -97,12 +107,19 @@ def _d_AlterShareGroupOffsetsResponse_0(buf, pos):
     f_throttle_time_ms, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
     f_error_message, pos = r_cnstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_AlterShareGroupOffsetsResponseTopic_0(buf, pos)
         f_responses.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AlterShareGroupOffsetsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses), pos
 
 

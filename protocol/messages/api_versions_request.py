@@ -41,7 +41,10 @@ def _e_ApiVersionsRequest_1(o, b, parts):
 def _d_ApiVersionsRequest_1(buf, pos):
     f_client_software_name, pos = r_cstring(buf, pos)
     f_client_software_version, pos = r_cstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ApiVersionsRequest(f_client_software_name, f_client_software_version, None, -1), pos
 
 
@@ -60,7 +63,10 @@ def _d_ApiVersionsRequest_2(buf, pos):
     f_cluster_id, pos = r_cnstring(buf, pos)
     f_node_id, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ApiVersionsRequest(f_client_software_name, f_client_software_version, f_cluster_id, f_node_id), pos
 
 

@@ -133,7 +133,10 @@ def _e_ApiVersion_1(o, b, parts):
 def _d_ApiVersion_1(buf, pos):
     f_api_key, f_min_version, f_max_version, = _S0.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ApiVersion(f_api_key, f_min_version, f_max_version), pos
 
 
@@ -148,7 +151,10 @@ def _d_SupportedFeatureKey_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
     f_min_version, f_max_version, = _S3.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return SupportedFeatureKey(f_name, f_min_version, f_max_version), pos
 
 
@@ -163,7 +169,10 @@ def _d_FinalizedFeatureKey_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
     f_max_version_level, f_min_version_level, = _S3.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FinalizedFeatureKey(f_name, f_max_version_level, f_min_version_level), pos
 
 
@@ -208,7 +217,11 @@ def _e_ApiVersionsResponse_2(o, b, parts):
 def _d_ApiVersionsResponse_2(buf, pos):
     f_error_code, = _S1.unpack_from(buf, pos)
     pos += 2
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_api_keys = []
     for _ in range(n):
         x, pos = _d_ApiVersion_1(buf, pos)
@@ -227,7 +240,11 @@ def _d_ApiVersionsResponse_2(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            n, pos = r_clen(buf, pos)
+            n = buf[pos] - 1
+            if 0 <= n < 127:
+                pos += 1
+            else:
+                n, pos = r_clen(buf, pos)
             f_supported_features = []
             for _ in range(n):
                 x, pos = _d_SupportedFeatureKey_1(buf, pos)
@@ -236,7 +253,11 @@ def _d_ApiVersionsResponse_2(buf, pos):
             f_finalized_features_epoch, = _S4.unpack_from(buf, pos)
             pos += 8
         elif tag == 2:
-            n, pos = r_clen(buf, pos)
+            n = buf[pos] - 1
+            if 0 <= n < 127:
+                pos += 1
+            else:
+                n, pos = r_clen(buf, pos)
             f_finalized_features = []
             for _ in range(n):
                 x, pos = _d_FinalizedFeatureKey_1(buf, pos)

@@ -88,9 +88,20 @@ def _d_TopicPartitions_0(buf, pos):
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     f_topic_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S1.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicPartitions(f_topic_id, f_topic_name, f_partitions), pos
 
 
@@ -104,12 +115,19 @@ def _e_Assignment_0(o, b, parts):
 
 
 def _d_Assignment_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topic_partitions = []
     for _ in range(n):
         x, pos = _d_TopicPartitions_0(buf, pos)
         f_topic_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return Assignment(f_topic_partitions), pos
 
 
@@ -139,7 +157,11 @@ def _d_Member_0(buf, pos):
     pos += 4
     f_client_id, pos = r_cstring(buf, pos)
     f_client_host, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_subscribed_topic_names = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
@@ -147,7 +169,10 @@ def _d_Member_0(buf, pos):
     f_subscribed_topic_regex, pos = r_cnstring(buf, pos)
     f_assignment, pos = _d_Assignment_0(buf, pos)
     f_target_assignment, pos = _d_Assignment_0(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return Member(f_member_id, f_instance_id, f_rack_id, f_member_epoch, f_client_id, f_client_host, f_subscribed_topic_names, f_subscribed_topic_regex, f_assignment, f_target_assignment, -1), pos
 
 
@@ -176,14 +201,21 @@ def _d_DescribedGroup_0(buf, pos):
     f_group_epoch, f_assignment_epoch, = _S3.unpack_from(buf, pos)
     pos += 8
     f_assignor_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_members = []
     for _ in range(n):
         x, pos = _d_Member_0(buf, pos)
         f_members.append(x)
     f_authorized_operations, = _S1.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribedGroup(f_error_code, f_error_message, f_group_id, f_group_state, f_group_epoch, f_assignment_epoch, f_assignor_name, f_members, f_authorized_operations), pos
 
 
@@ -200,12 +232,19 @@ def _e_ConsumerGroupDescribeResponse_0(o, b, parts):
 def _d_ConsumerGroupDescribeResponse_0(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_DescribedGroup_0(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ConsumerGroupDescribeResponse(f_throttle_time_ms, f_groups), pos
 
 
@@ -236,7 +275,11 @@ def _d_Member_1(buf, pos):
     pos += 4
     f_client_id, pos = r_cstring(buf, pos)
     f_client_host, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_subscribed_topic_names = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
@@ -246,7 +289,10 @@ def _d_Member_1(buf, pos):
     f_target_assignment, pos = _d_Assignment_0(buf, pos)
     f_member_type, = _S4.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return Member(f_member_id, f_instance_id, f_rack_id, f_member_epoch, f_client_id, f_client_host, f_subscribed_topic_names, f_subscribed_topic_regex, f_assignment, f_target_assignment, f_member_type), pos
 
 
@@ -275,14 +321,21 @@ def _d_DescribedGroup_1(buf, pos):
     f_group_epoch, f_assignment_epoch, = _S3.unpack_from(buf, pos)
     pos += 8
     f_assignor_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_members = []
     for _ in range(n):
         x, pos = _d_Member_1(buf, pos)
         f_members.append(x)
     f_authorized_operations, = _S1.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribedGroup(f_error_code, f_error_message, f_group_id, f_group_state, f_group_epoch, f_assignment_epoch, f_assignor_name, f_members, f_authorized_operations), pos
 
 
@@ -299,12 +352,19 @@ def _e_ConsumerGroupDescribeResponse_1(o, b, parts):
 def _d_ConsumerGroupDescribeResponse_1(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_DescribedGroup_1(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ConsumerGroupDescribeResponse(f_throttle_time_ms, f_groups), pos
 
 

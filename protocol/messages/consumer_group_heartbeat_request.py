@@ -51,9 +51,20 @@ def _d_TopicPartitions_0(buf, pos):
     f_topic_id, = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S1.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicPartitions(f_topic_id, f_partitions), pos
 
 
@@ -88,7 +99,11 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
     f_rack_id, pos = r_cnstring(buf, pos)
     f_rebalance_timeout_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_subscribed_topic_names = None
     else:
@@ -97,7 +112,11 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
             x, pos = r_cstring(buf, pos)
             f_subscribed_topic_names.append(x)
     f_server_assignor, pos = r_cnstring(buf, pos)
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topic_partitions = None
     else:
@@ -105,7 +124,10 @@ def _d_ConsumerGroupHeartbeatRequest_0(buf, pos):
         for _ in range(n):
             x, pos = _d_TopicPartitions_0(buf, pos)
             f_topic_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, None, f_server_assignor, f_topic_partitions), pos
 
 
@@ -141,7 +163,11 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
     f_rack_id, pos = r_cnstring(buf, pos)
     f_rebalance_timeout_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_subscribed_topic_names = None
     else:
@@ -151,7 +177,11 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
             f_subscribed_topic_names.append(x)
     f_subscribed_topic_regex, pos = r_cnstring(buf, pos)
     f_server_assignor, pos = r_cnstring(buf, pos)
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topic_partitions = None
     else:
@@ -159,7 +189,10 @@ def _d_ConsumerGroupHeartbeatRequest_1(buf, pos):
         for _ in range(n):
             x, pos = _d_TopicPartitions_0(buf, pos)
             f_topic_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ConsumerGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_instance_id, f_rack_id, f_rebalance_timeout_ms, f_subscribed_topic_names, f_subscribed_topic_regex, f_server_assignor, f_topic_partitions), pos
 
 

@@ -95,7 +95,10 @@ def _d_AclCreation_1(buf, pos):
     f_host, pos = r_cstring(buf, pos)
     f_operation, f_permission_type, = _S1.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AclCreation(f_resource_type, f_resource_name, f_resource_pattern_type, f_principal, f_host, f_operation, f_permission_type), pos
 
 
@@ -109,12 +112,19 @@ def _e_CreateAclsRequest_1(o, b, parts):
 
 
 def _d_CreateAclsRequest_1(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_creations = []
     for _ in range(n):
         x, pos = _d_AclCreation_1(buf, pos)
         f_creations.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreateAclsRequest(f_creations), pos
 
 

@@ -74,7 +74,10 @@ def _d_AclCreationResult_1(buf, pos):
     f_error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AclCreationResult(f_error_code, f_error_message), pos
 
 
@@ -91,12 +94,19 @@ def _e_CreateAclsResponse_1(o, b, parts):
 def _d_CreateAclsResponse_1(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_AclCreationResult_1(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreateAclsResponse(f_throttle_time_ms, f_results), pos
 
 

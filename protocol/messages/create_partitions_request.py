@@ -48,7 +48,11 @@ def _e_CreatePartitionsAssignment_0(o, b, parts):
 
 def _d_CreatePartitionsAssignment_0(buf, pos):
     n, pos = r_len(buf, pos)
-    f_broker_ids, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_broker_ids = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_broker_ids, pos = r_int_array(buf, pos, 'i', n)
     return CreatePartitionsAssignment(f_broker_ids), pos
 
 
@@ -107,9 +111,20 @@ def _e_CreatePartitionsAssignment_1(o, b, parts):
 
 
 def _d_CreatePartitionsAssignment_1(buf, pos):
-    n, pos = r_clen(buf, pos)
-    f_broker_ids, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_broker_ids = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_broker_ids, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreatePartitionsAssignment(f_broker_ids), pos
 
 
@@ -129,7 +144,11 @@ def _d_CreatePartitionsTopic_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
     f_count, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_assignments = None
     else:
@@ -137,7 +156,10 @@ def _d_CreatePartitionsTopic_1(buf, pos):
         for _ in range(n):
             x, pos = _d_CreatePartitionsAssignment_1(buf, pos)
             f_assignments.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreatePartitionsTopic(f_name, f_count, f_assignments), pos
 
 
@@ -152,14 +174,21 @@ def _e_CreatePartitionsRequest_1(o, b, parts):
 
 
 def _d_CreatePartitionsRequest_1(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_CreatePartitionsTopic_1(buf, pos)
         f_topics.append(x)
     f_timeout_ms, f_validate_only, = _S1.unpack_from(buf, pos)
     pos += 5
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreatePartitionsRequest(f_topics, f_timeout_ms, f_validate_only), pos
 
 

@@ -63,7 +63,11 @@ def _d_CreatableReplicaAssignment_0(buf, pos):
     f_partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
     n, pos = r_len(buf, pos)
-    f_broker_ids, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_broker_ids = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_broker_ids, pos = r_int_array(buf, pos, 'i', n)
     return CreatableReplicaAssignment(f_partition_index, f_broker_ids), pos
 
 
@@ -142,9 +146,20 @@ def _e_CreatableReplicaAssignment_1(o, b, parts):
 def _d_CreatableReplicaAssignment_1(buf, pos):
     f_partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
-    f_broker_ids, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_broker_ids = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_broker_ids, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreatableReplicaAssignment(f_partition_index, f_broker_ids), pos
 
 
@@ -158,7 +173,10 @@ def _e_CreatableTopicConfig_1(o, b, parts):
 def _d_CreatableTopicConfig_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
     f_value, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreatableTopicConfig(f_name, f_value), pos
 
 
@@ -181,17 +199,28 @@ def _d_CreatableTopic_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
     f_num_partitions, f_replication_factor, = _S1.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_assignments = []
     for _ in range(n):
         x, pos = _d_CreatableReplicaAssignment_1(buf, pos)
         f_assignments.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_configs = []
     for _ in range(n):
         x, pos = _d_CreatableTopicConfig_1(buf, pos)
         f_configs.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreatableTopic(f_name, f_num_partitions, f_replication_factor, f_assignments, f_configs), pos
 
 
@@ -206,14 +235,21 @@ def _e_CreateTopicsRequest_1(o, b, parts):
 
 
 def _d_CreateTopicsRequest_1(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_CreatableTopic_1(buf, pos)
         f_topics.append(x)
     f_timeout_ms, f_validate_only, = _S2.unpack_from(buf, pos)
     pos += 5
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreateTopicsRequest(f_topics, f_timeout_ms, f_validate_only), pos
 
 

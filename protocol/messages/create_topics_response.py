@@ -106,7 +106,10 @@ def _d_CreatableTopicConfigs_1(buf, pos):
     f_value, pos = r_cnstring(buf, pos)
     f_read_only, f_config_source, f_is_sensitive, = _S2.unpack_from(buf, pos)
     pos += 3
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreatableTopicConfigs(f_name, f_value, f_read_only, f_config_source, f_is_sensitive), pos
 
 
@@ -137,7 +140,11 @@ def _d_CreatableTopicResult_1(buf, pos):
     f_error_message, pos = r_cnstring(buf, pos)
     f_num_partitions, f_replication_factor, = _S3.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_configs = None
     else:
@@ -173,12 +180,19 @@ def _e_CreateTopicsResponse_1(o, b, parts):
 def _d_CreateTopicsResponse_1(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_CreatableTopicResult_1(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreateTopicsResponse(f_throttle_time_ms, f_topics), pos
 
 
@@ -210,7 +224,11 @@ def _d_CreatableTopicResult_2(buf, pos):
     f_error_message, pos = r_cnstring(buf, pos)
     f_num_partitions, f_replication_factor, = _S3.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_configs = None
     else:
@@ -246,12 +264,19 @@ def _e_CreateTopicsResponse_2(o, b, parts):
 def _d_CreateTopicsResponse_2(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_CreatableTopicResult_2(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return CreateTopicsResponse(f_throttle_time_ms, f_topics), pos
 
 

@@ -95,7 +95,10 @@ def _d_DeleteAclsFilter_1(buf, pos):
     f_host_filter, pos = r_cnstring(buf, pos)
     f_operation, f_permission_type, = _S1.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteAclsFilter(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type), pos
 
 
@@ -109,12 +112,19 @@ def _e_DeleteAclsRequest_1(o, b, parts):
 
 
 def _d_DeleteAclsRequest_1(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_filters = []
     for _ in range(n):
         x, pos = _d_DeleteAclsFilter_1(buf, pos)
         f_filters.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteAclsRequest(f_filters), pos
 
 

@@ -144,7 +144,10 @@ def _d_DeleteAclsMatchingAcl_1(buf, pos):
     f_host, pos = r_cstring(buf, pos)
     f_operation, f_permission_type, = _S2.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteAclsMatchingAcl(f_error_code, f_error_message, f_resource_type, f_resource_name, f_pattern_type, f_principal, f_host, f_operation, f_permission_type), pos
 
 
@@ -163,12 +166,19 @@ def _d_DeleteAclsFilterResult_1(buf, pos):
     f_error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     f_error_message, pos = r_cnstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_matching_acls = []
     for _ in range(n):
         x, pos = _d_DeleteAclsMatchingAcl_1(buf, pos)
         f_matching_acls.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteAclsFilterResult(f_error_code, f_error_message, f_matching_acls), pos
 
 
@@ -185,12 +195,19 @@ def _e_DeleteAclsResponse_1(o, b, parts):
 def _d_DeleteAclsResponse_1(buf, pos):
     f_throttle_time_ms, = _S3.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_filter_results = []
     for _ in range(n):
         x, pos = _d_DeleteAclsFilterResult_1(buf, pos)
         f_filter_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteAclsResponse(f_throttle_time_ms, f_filter_results), pos
 
 

@@ -46,12 +46,19 @@ def _e_DeleteGroupsRequest_1(o, b, parts):
 
 
 def _d_DeleteGroupsRequest_1(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups_names = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_groups_names.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteGroupsRequest(f_groups_names), pos
 
 

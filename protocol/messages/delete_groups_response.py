@@ -75,7 +75,10 @@ def _d_DeletableGroupResult_1(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
     f_error_code, = _S0.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeletableGroupResult(f_group_id, f_error_code, None), pos
 
 
@@ -92,12 +95,19 @@ def _e_DeleteGroupsResponse_1(o, b, parts):
 def _d_DeleteGroupsResponse_1(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_DeletableGroupResult_1(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteGroupsResponse(f_throttle_time_ms, f_results), pos
 
 
@@ -114,7 +124,10 @@ def _d_DeletableGroupResult_2(buf, pos):
     f_error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeletableGroupResult(f_group_id, f_error_code, f_error_message), pos
 
 
@@ -131,12 +144,19 @@ def _e_DeleteGroupsResponse_2(o, b, parts):
 def _d_DeleteGroupsResponse_2(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_DeletableGroupResult_2(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteGroupsResponse(f_throttle_time_ms, f_results), pos
 
 

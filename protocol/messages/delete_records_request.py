@@ -97,7 +97,10 @@ def _e_DeleteRecordsPartition_1(o, b, parts):
 def _d_DeleteRecordsPartition_1(buf, pos):
     f_partition_index, f_offset, = _S0.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteRecordsPartition(f_partition_index, f_offset), pos
 
 
@@ -113,12 +116,19 @@ def _e_DeleteRecordsTopic_1(o, b, parts):
 
 def _d_DeleteRecordsTopic_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_DeleteRecordsPartition_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteRecordsTopic(f_name, f_partitions), pos
 
 
@@ -133,14 +143,21 @@ def _e_DeleteRecordsRequest_1(o, b, parts):
 
 
 def _d_DeleteRecordsRequest_1(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_DeleteRecordsTopic_1(buf, pos)
         f_topics.append(x)
     f_timeout_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteRecordsRequest(f_topics, f_timeout_ms), pos
 
 

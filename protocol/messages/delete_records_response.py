@@ -98,7 +98,10 @@ def _e_DeleteRecordsPartitionResult_1(o, b, parts):
 def _d_DeleteRecordsPartitionResult_1(buf, pos):
     f_partition_index, f_low_watermark, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 14
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteRecordsPartitionResult(f_partition_index, f_low_watermark, f_error_code), pos
 
 
@@ -114,12 +117,19 @@ def _e_DeleteRecordsTopicResult_1(o, b, parts):
 
 def _d_DeleteRecordsTopicResult_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_DeleteRecordsPartitionResult_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteRecordsTopicResult(f_name, f_partitions), pos
 
 
@@ -136,12 +146,19 @@ def _e_DeleteRecordsResponse_1(o, b, parts):
 def _d_DeleteRecordsResponse_1(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_DeleteRecordsTopicResult_1(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteRecordsResponse(f_throttle_time_ms, f_topics), pos
 
 

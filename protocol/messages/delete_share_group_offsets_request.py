@@ -35,7 +35,10 @@ def _e_DeleteShareGroupOffsetsRequestTopic_0(o, b, parts):
 
 def _d_DeleteShareGroupOffsetsRequestTopic_0(buf, pos):
     f_topic_name, pos = r_cstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteShareGroupOffsetsRequestTopic(f_topic_name), pos
 
 
@@ -51,12 +54,19 @@ def _e_DeleteShareGroupOffsetsRequest_0(o, b, parts):
 
 def _d_DeleteShareGroupOffsetsRequest_0(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_DeleteShareGroupOffsetsRequestTopic_0(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteShareGroupOffsetsRequest(f_group_id, f_topics), pos
 
 

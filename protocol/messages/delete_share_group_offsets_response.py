@@ -48,7 +48,10 @@ def _d_DeleteShareGroupOffsetsResponseTopic_0(buf, pos):
     pos += 18
     f_topic_id = uuid_from_bytes(f_topic_id)
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteShareGroupOffsetsResponseTopic(f_topic_name, f_topic_id, f_error_code, f_error_message), pos
 
 
@@ -67,12 +70,19 @@ def _d_DeleteShareGroupOffsetsResponse_0(buf, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(buf, pos)
     pos += 6
     f_error_message, pos = r_cnstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_DeleteShareGroupOffsetsResponseTopic_0(buf, pos)
         f_responses.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteShareGroupOffsetsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_responses), pos
 
 

@@ -46,7 +46,10 @@ def _e_PartitionData_0(o, b, parts):
 def _d_PartitionData_0(buf, pos):
     f_partition, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionData(f_partition), pos
 
 
@@ -64,12 +67,19 @@ def _d_DeleteStateData_0(buf, pos):
     f_topic_id, = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionData_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteStateData(f_topic_id, f_partitions), pos
 
 
@@ -85,12 +95,19 @@ def _e_DeleteShareGroupStateRequest_0(o, b, parts):
 
 def _d_DeleteShareGroupStateRequest_0(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_DeleteStateData_0(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteShareGroupStateRequest(f_group_id, f_topics), pos
 
 

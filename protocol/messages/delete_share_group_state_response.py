@@ -49,7 +49,10 @@ def _d_PartitionResult_0(buf, pos):
     f_partition, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionResult(f_partition, f_error_code, f_error_message), pos
 
 
@@ -67,12 +70,19 @@ def _d_DeleteStateResult_0(buf, pos):
     f_topic_id, = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionResult_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteStateResult(f_topic_id, f_partitions), pos
 
 
@@ -86,12 +96,19 @@ def _e_DeleteShareGroupStateResponse_0(o, b, parts):
 
 
 def _d_DeleteShareGroupStateResponse_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_DeleteStateResult_0(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteShareGroupStateResponse(f_results), pos
 
 

@@ -65,7 +65,10 @@ def _e_DeleteTopicState_1(o, b, parts):
 
 
 def _d_DeleteTopicState_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteTopicState(None, ZERO_UUID), pos
 
 
@@ -80,14 +83,21 @@ def _e_DeleteTopicsRequest_1(o, b, parts):
 
 
 def _d_DeleteTopicsRequest_1(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topic_names = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_topic_names.append(x)
     f_timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteTopicsRequest(MISSING, f_topic_names, f_timeout_ms), pos
 
 
@@ -103,7 +113,10 @@ def _d_DeleteTopicState_2(buf, pos):
     f_topic_id, = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteTopicState(f_name, f_topic_id), pos
 
 
@@ -118,14 +131,21 @@ def _e_DeleteTopicsRequest_2(o, b, parts):
 
 
 def _d_DeleteTopicsRequest_2(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_DeleteTopicState_2(buf, pos)
         f_topics.append(x)
     f_timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteTopicsRequest(f_topics, MISSING, f_timeout_ms), pos
 
 

@@ -77,7 +77,10 @@ def _d_DeletableTopicResult_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
     f_error_code, = _S0.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeletableTopicResult(f_name, ZERO_UUID, f_error_code, None), pos
 
 
@@ -94,12 +97,19 @@ def _e_DeleteTopicsResponse_1(o, b, parts):
 def _d_DeleteTopicsResponse_1(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_DeletableTopicResult_1(buf, pos)
         f_responses.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses), pos
 
 
@@ -116,7 +126,10 @@ def _d_DeletableTopicResult_2(buf, pos):
     f_error_code, = _S0.unpack_from(buf, pos)
     pos += 2
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeletableTopicResult(f_name, ZERO_UUID, f_error_code, f_error_message), pos
 
 
@@ -133,12 +146,19 @@ def _e_DeleteTopicsResponse_2(o, b, parts):
 def _d_DeleteTopicsResponse_2(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_DeletableTopicResult_2(buf, pos)
         f_responses.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses), pos
 
 
@@ -156,7 +176,10 @@ def _d_DeletableTopicResult_3(buf, pos):
     pos += 18
     f_topic_id = uuid_from_bytes(f_topic_id)
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeletableTopicResult(f_name, f_topic_id, f_error_code, f_error_message), pos
 
 
@@ -173,12 +196,19 @@ def _e_DeleteTopicsResponse_3(o, b, parts):
 def _d_DeleteTopicsResponse_3(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_DeletableTopicResult_3(buf, pos)
         f_responses.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DeleteTopicsResponse(f_throttle_time_ms, f_responses), pos
 
 

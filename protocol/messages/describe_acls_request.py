@@ -71,7 +71,10 @@ def _d_DescribeAclsRequest_1(buf, pos):
     f_host_filter, pos = r_cnstring(buf, pos)
     f_operation, f_permission_type, = _S1.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeAclsRequest(f_resource_type_filter, f_resource_name_filter, f_pattern_type_filter, f_principal_filter, f_host_filter, f_operation, f_permission_type), pos
 
 

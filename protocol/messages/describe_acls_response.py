@@ -120,7 +120,10 @@ def _d_AclDescription_1(buf, pos):
     f_host, pos = r_cstring(buf, pos)
     f_operation, f_permission_type, = _S0.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AclDescription(f_principal, f_host, f_operation, f_permission_type), pos
 
 
@@ -142,12 +145,19 @@ def _d_DescribeAclsResource_1(buf, pos):
     f_resource_name, pos = r_cstring(buf, pos)
     f_pattern_type, = _S1.unpack_from(buf, pos)
     pos += 1
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_acls = []
     for _ in range(n):
         x, pos = _d_AclDescription_1(buf, pos)
         f_acls.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeAclsResource(f_resource_type, f_resource_name, f_pattern_type, f_acls), pos
 
 
@@ -166,12 +176,19 @@ def _d_DescribeAclsResponse_1(buf, pos):
     f_throttle_time_ms, f_error_code, = _S2.unpack_from(buf, pos)
     pos += 6
     f_error_message, pos = r_cnstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_resources = []
     for _ in range(n):
         x, pos = _d_DescribeAclsResource_1(buf, pos)
         f_resources.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeAclsResponse(f_throttle_time_ms, f_error_code, f_error_message, f_resources), pos
 
 

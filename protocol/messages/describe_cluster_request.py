@@ -33,7 +33,10 @@ def _e_DescribeClusterRequest_0(o, b, parts):
 def _d_DescribeClusterRequest_0(buf, pos):
     f_include_cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeClusterRequest(f_include_cluster_authorized_operations, 1, False), pos
 
 
@@ -46,7 +49,10 @@ def _e_DescribeClusterRequest_1(o, b, parts):
 def _d_DescribeClusterRequest_1(buf, pos):
     f_include_cluster_authorized_operations, f_endpoint_type, = _S1.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeClusterRequest(f_include_cluster_authorized_operations, f_endpoint_type, False), pos
 
 
@@ -59,7 +65,10 @@ def _e_DescribeClusterRequest_2(o, b, parts):
 def _d_DescribeClusterRequest_2(buf, pos):
     f_include_cluster_authorized_operations, f_endpoint_type, f_include_fenced_brokers, = _S2.unpack_from(buf, pos)
     pos += 3
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeClusterRequest(f_include_cluster_authorized_operations, f_endpoint_type, f_include_fenced_brokers), pos
 
 

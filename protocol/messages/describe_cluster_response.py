@@ -57,7 +57,10 @@ def _d_DescribeClusterBroker_0(buf, pos):
     f_port, = _S0.unpack_from(buf, pos)
     pos += 4
     f_rack, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeClusterBroker(f_broker_id, f_host, f_port, f_rack, False), pos
 
 
@@ -82,14 +85,21 @@ def _d_DescribeClusterResponse_0(buf, pos):
     f_cluster_id, pos = r_cstring(buf, pos)
     f_controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_brokers = []
     for _ in range(n):
         x, pos = _d_DescribeClusterBroker_0(buf, pos)
         f_brokers.append(x)
     f_cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, 1, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations), pos
 
 
@@ -117,14 +127,21 @@ def _d_DescribeClusterResponse_1(buf, pos):
     f_cluster_id, pos = r_cstring(buf, pos)
     f_controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_brokers = []
     for _ in range(n):
         x, pos = _d_DescribeClusterBroker_0(buf, pos)
         f_brokers.append(x)
     f_cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, f_endpoint_type, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations), pos
 
 
@@ -147,7 +164,10 @@ def _d_DescribeClusterBroker_1(buf, pos):
     f_rack, pos = r_cnstring(buf, pos)
     f_is_fenced, = _S3.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeClusterBroker(f_broker_id, f_host, f_port, f_rack, f_is_fenced), pos
 
 
@@ -175,14 +195,21 @@ def _d_DescribeClusterResponse_2(buf, pos):
     f_cluster_id, pos = r_cstring(buf, pos)
     f_controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_brokers = []
     for _ in range(n):
         x, pos = _d_DescribeClusterBroker_1(buf, pos)
         f_brokers.append(x)
     f_cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeClusterResponse(f_throttle_time_ms, f_error_code, f_error_message, f_endpoint_type, f_cluster_id, f_controller_id, f_brokers, f_cluster_authorized_operations), pos
 
 

@@ -115,7 +115,11 @@ def _d_DescribeConfigsResource_1(buf, pos):
     f_resource_type, = _S0.unpack_from(buf, pos)
     pos += 1
     f_resource_name, pos = r_cstring(buf, pos)
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_configuration_keys = None
     else:
@@ -123,7 +127,10 @@ def _d_DescribeConfigsResource_1(buf, pos):
         for _ in range(n):
             x, pos = r_cstring(buf, pos)
             f_configuration_keys.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeConfigsResource(f_resource_type, f_resource_name, f_configuration_keys), pos
 
 
@@ -138,14 +145,21 @@ def _e_DescribeConfigsRequest_2(o, b, parts):
 
 
 def _d_DescribeConfigsRequest_2(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_resources = []
     for _ in range(n):
         x, pos = _d_DescribeConfigsResource_1(buf, pos)
         f_resources.append(x)
     f_include_synonyms, f_include_documentation, = _S2.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeConfigsRequest(f_resources, f_include_synonyms, f_include_documentation), pos
 
 

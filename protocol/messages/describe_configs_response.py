@@ -233,7 +233,10 @@ def _d_DescribeConfigsSynonym_1(buf, pos):
     f_value, pos = r_cnstring(buf, pos)
     f_source, = _S0.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeConfigsSynonym(f_name, f_value, f_source), pos
 
 
@@ -256,7 +259,11 @@ def _d_DescribeConfigsResourceResult_2(buf, pos):
     f_value, pos = r_cnstring(buf, pos)
     f_read_only, f_config_source, f_is_sensitive, = _S1.unpack_from(buf, pos)
     pos += 3
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_synonyms = []
     for _ in range(n):
         x, pos = _d_DescribeConfigsSynonym_1(buf, pos)
@@ -264,7 +271,10 @@ def _d_DescribeConfigsResourceResult_2(buf, pos):
     f_config_type, = _S0.unpack_from(buf, pos)
     pos += 1
     f_documentation, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeConfigsResourceResult(f_name, f_value, f_read_only, f_config_source, f_is_sensitive, f_synonyms, f_config_type, f_documentation), pos
 
 
@@ -288,12 +298,19 @@ def _d_DescribeConfigsResult_2(buf, pos):
     f_resource_type, = _S0.unpack_from(buf, pos)
     pos += 1
     f_resource_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_configs = []
     for _ in range(n):
         x, pos = _d_DescribeConfigsResourceResult_2(buf, pos)
         f_configs.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeConfigsResult(f_error_code, f_error_message, f_resource_type, f_resource_name, f_configs), pos
 
 
@@ -310,12 +327,19 @@ def _e_DescribeConfigsResponse_2(o, b, parts):
 def _d_DescribeConfigsResponse_2(buf, pos):
     f_throttle_time_ms, = _S3.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_DescribeConfigsResult_2(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeConfigsResponse(f_throttle_time_ms, f_results), pos
 
 

@@ -69,14 +69,21 @@ def _e_DescribeGroupsRequest_2(o, b, parts):
 
 
 def _d_DescribeGroupsRequest_2(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_groups.append(x)
     f_include_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeGroupsRequest(f_groups, f_include_authorized_operations), pos
 
 

@@ -271,7 +271,10 @@ def _d_DescribedGroupMember_2(buf, pos):
     f_client_host, pos = r_cstring(buf, pos)
     f_member_metadata, pos = r_cbytes(buf, pos)
     f_member_assignment, pos = r_cbytes(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribedGroupMember(f_member_id, f_group_instance_id, f_client_id, f_client_host, f_member_metadata, f_member_assignment), pos
 
 
@@ -297,14 +300,21 @@ def _d_DescribedGroup_3(buf, pos):
     f_group_state, pos = r_cstring(buf, pos)
     f_protocol_type, pos = r_cstring(buf, pos)
     f_protocol_data, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_members = []
     for _ in range(n):
         x, pos = _d_DescribedGroupMember_2(buf, pos)
         f_members.append(x)
     f_authorized_operations, = _S1.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribedGroup(f_error_code, None, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
 
 
@@ -321,12 +331,19 @@ def _e_DescribeGroupsResponse_4(o, b, parts):
 def _d_DescribeGroupsResponse_4(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_DescribedGroup_3(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups), pos
 
 
@@ -354,14 +371,21 @@ def _d_DescribedGroup_4(buf, pos):
     f_group_state, pos = r_cstring(buf, pos)
     f_protocol_type, pos = r_cstring(buf, pos)
     f_protocol_data, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_members = []
     for _ in range(n):
         x, pos = _d_DescribedGroupMember_2(buf, pos)
         f_members.append(x)
     f_authorized_operations, = _S1.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribedGroup(f_error_code, f_error_message, f_group_id, f_group_state, f_protocol_type, f_protocol_data, f_members, f_authorized_operations), pos
 
 
@@ -378,12 +402,19 @@ def _e_DescribeGroupsResponse_5(o, b, parts):
 def _d_DescribeGroupsResponse_5(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_DescribedGroup_4(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeGroupsResponse(f_throttle_time_ms, f_groups), pos
 
 

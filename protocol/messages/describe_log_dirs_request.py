@@ -25,6 +25,7 @@ class DescribeLogDirsRequest(Message):
         self.topics = [] if topics is MISSING else topics
 
 
+_S0 = _Struct('>i')
 
 
 def _e_DescribableLogDirTopic_0(o, b, parts):
@@ -38,7 +39,11 @@ def _e_DescribableLogDirTopic_0(o, b, parts):
 def _d_DescribableLogDirTopic_0(buf, pos):
     f_topic, pos = r_string(buf, pos)
     n, pos = r_len(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_partitions = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
     return DescribableLogDirTopic(f_topic, f_partitions), pos
 
 
@@ -74,9 +79,20 @@ def _e_DescribableLogDirTopic_1(o, b, parts):
 
 def _d_DescribableLogDirTopic_1(buf, pos):
     f_topic, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribableLogDirTopic(f_topic, f_partitions), pos
 
 
@@ -91,7 +107,11 @@ def _e_DescribeLogDirsRequest_1(o, b, parts):
 
 
 def _d_DescribeLogDirsRequest_1(buf, pos):
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topics = None
     else:
@@ -99,7 +119,10 @@ def _d_DescribeLogDirsRequest_1(buf, pos):
         for _ in range(n):
             x, pos = _d_DescribableLogDirTopic_1(buf, pos)
             f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeLogDirsRequest(f_topics), pos
 
 

@@ -138,7 +138,10 @@ def _e_DescribeLogDirsPartition_1(o, b, parts):
 def _d_DescribeLogDirsPartition_1(buf, pos):
     f_partition_index, f_partition_size, f_offset_lag, f_is_future_key, = _S0.unpack_from(buf, pos)
     pos += 21
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeLogDirsPartition(f_partition_index, f_partition_size, f_offset_lag, f_is_future_key), pos
 
 
@@ -154,12 +157,19 @@ def _e_DescribeLogDirsTopic_1(o, b, parts):
 
 def _d_DescribeLogDirsTopic_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_DescribeLogDirsPartition_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeLogDirsTopic(f_name, f_partitions), pos
 
 
@@ -178,12 +188,19 @@ def _d_DescribeLogDirsResult_1(buf, pos):
     f_error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     f_log_dir, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_DescribeLogDirsTopic_1(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, -1, -1, False), pos
 
 
@@ -200,12 +217,19 @@ def _e_DescribeLogDirsResponse_1(o, b, parts):
 def _d_DescribeLogDirsResponse_1(buf, pos):
     f_throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_DescribeLogDirsResult_1(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeLogDirsResponse(f_throttle_time_ms, 0, f_results), pos
 
 
@@ -222,12 +246,19 @@ def _e_DescribeLogDirsResponse_2(o, b, parts):
 def _d_DescribeLogDirsResponse_2(buf, pos):
     f_throttle_time_ms, f_error_code, = _S3.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_DescribeLogDirsResult_1(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results), pos
 
 
@@ -247,14 +278,21 @@ def _d_DescribeLogDirsResult_2(buf, pos):
     f_error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     f_log_dir, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_DescribeLogDirsTopic_1(buf, pos)
         f_topics.append(x)
     f_total_bytes, f_usable_bytes, = _S4.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, f_total_bytes, f_usable_bytes, False), pos
 
 
@@ -271,12 +309,19 @@ def _e_DescribeLogDirsResponse_3(o, b, parts):
 def _d_DescribeLogDirsResponse_3(buf, pos):
     f_throttle_time_ms, f_error_code, = _S3.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_DescribeLogDirsResult_2(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results), pos
 
 
@@ -296,14 +341,21 @@ def _d_DescribeLogDirsResult_3(buf, pos):
     f_error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     f_log_dir, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_DescribeLogDirsTopic_1(buf, pos)
         f_topics.append(x)
     f_total_bytes, f_usable_bytes, f_is_cordoned, = _S5.unpack_from(buf, pos)
     pos += 17
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeLogDirsResult(f_error_code, f_log_dir, f_topics, f_total_bytes, f_usable_bytes, f_is_cordoned), pos
 
 
@@ -320,12 +372,19 @@ def _e_DescribeLogDirsResponse_4(o, b, parts):
 def _d_DescribeLogDirsResponse_4(buf, pos):
     f_throttle_time_ms, f_error_code, = _S3.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_DescribeLogDirsResult_3(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeLogDirsResponse(f_throttle_time_ms, f_error_code, f_results), pos
 
 

@@ -25,6 +25,7 @@ class DescribeProducersRequest(Message):
         self.topics = [] if topics is MISSING else topics
 
 
+_S0 = _Struct('>i')
 
 
 def _e_TopicRequest_0(o, b, parts):
@@ -38,9 +39,20 @@ def _e_TopicRequest_0(o, b, parts):
 
 def _d_TopicRequest_0(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partition_indexes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicRequest(f_name, f_partition_indexes), pos
 
 
@@ -54,12 +66,19 @@ def _e_DescribeProducersRequest_0(o, b, parts):
 
 
 def _d_DescribeProducersRequest_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_TopicRequest_0(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeProducersRequest(f_topics), pos
 
 

@@ -62,7 +62,10 @@ def _e_ProducerState_0(o, b, parts):
 def _d_ProducerState_0(buf, pos):
     f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset, = _S0.unpack_from(buf, pos)
     pos += 36
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ProducerState(f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset), pos
 
 
@@ -81,12 +84,19 @@ def _d_PartitionResponse_0(buf, pos):
     f_partition_index, f_error_code, = _S1.unpack_from(buf, pos)
     pos += 6
     f_error_message, pos = r_cnstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_active_producers = []
     for _ in range(n):
         x, pos = _d_ProducerState_0(buf, pos)
         f_active_producers.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionResponse(f_partition_index, f_error_code, f_error_message, f_active_producers), pos
 
 
@@ -102,12 +112,19 @@ def _e_TopicResponse_0(o, b, parts):
 
 def _d_TopicResponse_0(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionResponse_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicResponse(f_name, f_partitions), pos
 
 
@@ -124,12 +141,19 @@ def _e_DescribeProducersResponse_0(o, b, parts):
 def _d_DescribeProducersResponse_0(buf, pos):
     f_throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_TopicResponse_0(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeProducersResponse(f_throttle_time_ms, f_topics), pos
 
 

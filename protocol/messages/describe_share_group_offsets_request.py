@@ -33,6 +33,7 @@ class DescribeShareGroupOffsetsRequest(Message):
         self.groups = [] if groups is MISSING else groups
 
 
+_S0 = _Struct('>i')
 
 
 def _e_DescribeShareGroupOffsetsRequestTopic_0(o, b, parts):
@@ -46,9 +47,20 @@ def _e_DescribeShareGroupOffsetsRequestTopic_0(o, b, parts):
 
 def _d_DescribeShareGroupOffsetsRequestTopic_0(buf, pos):
     f_topic_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeShareGroupOffsetsRequestTopic(f_topic_name, f_partitions), pos
 
 
@@ -65,7 +77,11 @@ def _e_DescribeShareGroupOffsetsRequestGroup_0(o, b, parts):
 
 def _d_DescribeShareGroupOffsetsRequestGroup_0(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topics = None
     else:
@@ -73,7 +89,10 @@ def _d_DescribeShareGroupOffsetsRequestGroup_0(buf, pos):
         for _ in range(n):
             x, pos = _d_DescribeShareGroupOffsetsRequestTopic_0(buf, pos)
             f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeShareGroupOffsetsRequestGroup(f_group_id, f_topics), pos
 
 
@@ -87,12 +106,19 @@ def _e_DescribeShareGroupOffsetsRequest_0(o, b, parts):
 
 
 def _d_DescribeShareGroupOffsetsRequest_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_DescribeShareGroupOffsetsRequestGroup_0(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeShareGroupOffsetsRequest(f_groups), pos
 
 

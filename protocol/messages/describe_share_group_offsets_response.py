@@ -67,7 +67,10 @@ def _d_DescribeShareGroupOffsetsResponsePartition_0(buf, pos):
     f_partition_index, f_start_offset, f_leader_epoch, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 18
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeShareGroupOffsetsResponsePartition(f_partition_index, f_start_offset, f_leader_epoch, -1, f_error_code, f_error_message), pos
 
 
@@ -87,12 +90,19 @@ def _d_DescribeShareGroupOffsetsResponseTopic_0(buf, pos):
     f_topic_id, = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_DescribeShareGroupOffsetsResponsePartition_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeShareGroupOffsetsResponseTopic(f_topic_name, f_topic_id, f_partitions), pos
 
 
@@ -110,7 +120,11 @@ def _e_DescribeShareGroupOffsetsResponseGroup_0(o, b, parts):
 
 def _d_DescribeShareGroupOffsetsResponseGroup_0(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_DescribeShareGroupOffsetsResponseTopic_0(buf, pos)
@@ -118,7 +132,10 @@ def _d_DescribeShareGroupOffsetsResponseGroup_0(buf, pos):
     f_error_code, = _S2.unpack_from(buf, pos)
     pos += 2
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeShareGroupOffsetsResponseGroup(f_group_id, f_topics, f_error_code, f_error_message), pos
 
 
@@ -135,12 +152,19 @@ def _e_DescribeShareGroupOffsetsResponse_0(o, b, parts):
 def _d_DescribeShareGroupOffsetsResponse_0(buf, pos):
     f_throttle_time_ms, = _S3.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_DescribeShareGroupOffsetsResponseGroup_0(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeShareGroupOffsetsResponse(f_throttle_time_ms, f_groups), pos
 
 
@@ -155,7 +179,10 @@ def _d_DescribeShareGroupOffsetsResponsePartition_1(buf, pos):
     f_partition_index, f_start_offset, f_leader_epoch, f_lag, f_error_code, = _S4.unpack_from(buf, pos)
     pos += 26
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeShareGroupOffsetsResponsePartition(f_partition_index, f_start_offset, f_leader_epoch, f_lag, f_error_code, f_error_message), pos
 
 
@@ -175,12 +202,19 @@ def _d_DescribeShareGroupOffsetsResponseTopic_1(buf, pos):
     f_topic_id, = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_DescribeShareGroupOffsetsResponsePartition_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeShareGroupOffsetsResponseTopic(f_topic_name, f_topic_id, f_partitions), pos
 
 
@@ -198,7 +232,11 @@ def _e_DescribeShareGroupOffsetsResponseGroup_1(o, b, parts):
 
 def _d_DescribeShareGroupOffsetsResponseGroup_1(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_DescribeShareGroupOffsetsResponseTopic_1(buf, pos)
@@ -206,7 +244,10 @@ def _d_DescribeShareGroupOffsetsResponseGroup_1(buf, pos):
     f_error_code, = _S2.unpack_from(buf, pos)
     pos += 2
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeShareGroupOffsetsResponseGroup(f_group_id, f_topics, f_error_code, f_error_message), pos
 
 
@@ -223,12 +264,19 @@ def _e_DescribeShareGroupOffsetsResponse_1(o, b, parts):
 def _d_DescribeShareGroupOffsetsResponse_1(buf, pos):
     f_throttle_time_ms, = _S3.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_DescribeShareGroupOffsetsResponseGroup_1(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeShareGroupOffsetsResponse(f_throttle_time_ms, f_groups), pos
 
 

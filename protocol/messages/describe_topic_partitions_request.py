@@ -45,7 +45,10 @@ def _e_TopicRequest_0(o, b, parts):
 
 def _d_TopicRequest_0(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicRequest(f_name), pos
 
 
@@ -60,7 +63,10 @@ def _d_Cursor_0(buf, pos):
     f_topic_name, pos = r_cstring(buf, pos)
     f_partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return Cursor(f_topic_name, f_partition_index), pos
 
 
@@ -80,7 +86,11 @@ def _e_DescribeTopicPartitionsRequest_0(o, b, parts):
 
 
 def _d_DescribeTopicPartitionsRequest_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_TopicRequest_0(buf, pos)
@@ -92,7 +102,10 @@ def _d_DescribeTopicPartitionsRequest_0(buf, pos):
         pos += 1
     else:
         f_cursor, pos = _d_Cursor_0(buf, pos + 1)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeTopicPartitionsRequest(f_topics, f_response_partition_limit, f_cursor), pos
 
 

@@ -55,9 +55,9 @@ class DescribeTopicPartitionsResponse(Message):
 
 
 _S0 = _Struct('>hiii')
-_S1 = _Struct('>h')
-_S2 = _Struct('>16s?')
-_S3 = _Struct('>i')
+_S1 = _Struct('>i')
+_S2 = _Struct('>h')
+_S3 = _Struct('>16s?')
 
 
 def _e_DescribeTopicPartitionsResponsePartition_0(o, b, parts):
@@ -86,74 +86,127 @@ def _e_DescribeTopicPartitionsResponsePartition_0(o, b, parts):
 def _d_DescribeTopicPartitionsResponsePartition_0(buf, pos):
     f_error_code, f_partition_index, f_leader_id, f_leader_epoch, = _S0.unpack_from(buf, pos)
     pos += 14
-    n, pos = r_clen(buf, pos)
-    f_replica_nodes, pos = r_int_array(buf, pos, 'i', n)
-    n, pos = r_clen(buf, pos)
-    f_isr_nodes, pos = r_int_array(buf, pos, 'i', n)
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_replica_nodes = [*_S1.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_replica_nodes, pos = r_int_array(buf, pos, 'i', n)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_isr_nodes = [*_S1.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_isr_nodes, pos = r_int_array(buf, pos, 'i', n)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_eligible_leader_replicas = None
     else:
-        f_eligible_leader_replicas, pos = r_int_array(buf, pos, 'i', n)
-    n, pos = r_cnlen(buf, pos)
+        if n == 1:
+            f_eligible_leader_replicas = [*_S1.unpack_from(buf, pos)]
+            pos += 4
+        else:
+            f_eligible_leader_replicas, pos = r_int_array(buf, pos, 'i', n)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_last_known_elr = None
     else:
-        f_last_known_elr, pos = r_int_array(buf, pos, 'i', n)
-    n, pos = r_clen(buf, pos)
-    f_offline_replicas, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+        if n == 1:
+            f_last_known_elr = [*_S1.unpack_from(buf, pos)]
+            pos += 4
+        else:
+            f_last_known_elr, pos = r_int_array(buf, pos, 'i', n)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_offline_replicas = [*_S1.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_offline_replicas, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeTopicPartitionsResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_eligible_leader_replicas, f_last_known_elr, f_offline_replicas), pos
 
 
 def _e_DescribeTopicPartitionsResponseTopic_0(o, b, parts):
-    b += _S1.pack(o.error_code)
+    b += _S2.pack(o.error_code)
     w_cnstring(b, o.name)
-    b += _S2.pack(o.topic_id.bytes, o.is_internal)
+    b += _S3.pack(o.topic_id.bytes, o.is_internal)
     v = o.partitions
     w_clen(b, v)
     for x in v:
         b = _e_DescribeTopicPartitionsResponsePartition_0(x, b, parts)
-    b += _S3.pack(o.topic_authorized_operations)
+    b += _S1.pack(o.topic_authorized_operations)
     b.append(0)
     return b
 
 
 def _d_DescribeTopicPartitionsResponseTopic_0(buf, pos):
-    f_error_code, = _S1.unpack_from(buf, pos)
+    f_error_code, = _S2.unpack_from(buf, pos)
     pos += 2
     f_name, pos = r_cnstring(buf, pos)
-    f_topic_id, f_is_internal, = _S2.unpack_from(buf, pos)
+    f_topic_id, f_is_internal, = _S3.unpack_from(buf, pos)
     pos += 17
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_DescribeTopicPartitionsResponsePartition_0(buf, pos)
         f_partitions.append(x)
-    f_topic_authorized_operations, = _S3.unpack_from(buf, pos)
+    f_topic_authorized_operations, = _S1.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeTopicPartitionsResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations), pos
 
 
 def _e_Cursor_0(o, b, parts):
     w_cstring(b, o.topic_name)
-    b += _S3.pack(o.partition_index)
+    b += _S1.pack(o.partition_index)
     b.append(0)
     return b
 
 
 def _d_Cursor_0(buf, pos):
     f_topic_name, pos = r_cstring(buf, pos)
-    f_partition_index, = _S3.unpack_from(buf, pos)
+    f_partition_index, = _S1.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return Cursor(f_topic_name, f_partition_index), pos
 
 
 def _e_DescribeTopicPartitionsResponse_0(o, b, parts):
-    b += _S3.pack(o.throttle_time_ms)
+    b += _S1.pack(o.throttle_time_ms)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -168,9 +221,13 @@ def _e_DescribeTopicPartitionsResponse_0(o, b, parts):
 
 
 def _d_DescribeTopicPartitionsResponse_0(buf, pos):
-    f_throttle_time_ms, = _S3.unpack_from(buf, pos)
+    f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_DescribeTopicPartitionsResponseTopic_0(buf, pos)
@@ -180,7 +237,10 @@ def _d_DescribeTopicPartitionsResponse_0(buf, pos):
         pos += 1
     else:
         f_next_cursor, pos = _d_Cursor_0(buf, pos + 1)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeTopicPartitionsResponse(f_throttle_time_ms, f_topics, f_next_cursor), pos
 
 

@@ -29,12 +29,19 @@ def _e_DescribeTransactionsRequest_0(o, b, parts):
 
 
 def _d_DescribeTransactionsRequest_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_transactional_ids = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_transactional_ids.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeTransactionsRequest(f_transactional_ids), pos
 
 

@@ -40,9 +40,9 @@ class DescribeTransactionsResponse(Message):
         self.transaction_states = [] if transaction_states is MISSING else transaction_states
 
 
-_S0 = _Struct('>h')
-_S1 = _Struct('>iqqh')
-_S2 = _Struct('>i')
+_S0 = _Struct('>i')
+_S1 = _Struct('>h')
+_S2 = _Struct('>iqqh')
 
 
 def _e_TopicData_0(o, b, parts):
@@ -56,17 +56,28 @@ def _e_TopicData_0(o, b, parts):
 
 def _d_TopicData_0(buf, pos):
     f_topic, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicData(f_topic, f_partitions), pos
 
 
 def _e_TransactionState_0(o, b, parts):
-    b += _S0.pack(o.error_code)
+    b += _S1.pack(o.error_code)
     w_cstring(b, o.transactional_id)
     w_cstring(b, o.transaction_state)
-    b += _S1.pack(o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch)
+    b += _S2.pack(o.transaction_timeout_ms, o.transaction_start_time_ms, o.producer_id, o.producer_epoch)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -76,23 +87,30 @@ def _e_TransactionState_0(o, b, parts):
 
 
 def _d_TransactionState_0(buf, pos):
-    f_error_code, = _S0.unpack_from(buf, pos)
+    f_error_code, = _S1.unpack_from(buf, pos)
     pos += 2
     f_transactional_id, pos = r_cstring(buf, pos)
     f_transaction_state, pos = r_cstring(buf, pos)
-    f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch, = _S1.unpack_from(buf, pos)
+    f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch, = _S2.unpack_from(buf, pos)
     pos += 22
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_TopicData_0(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TransactionState(f_error_code, f_transactional_id, f_transaction_state, f_transaction_timeout_ms, f_transaction_start_time_ms, f_producer_id, f_producer_epoch, f_topics), pos
 
 
 def _e_DescribeTransactionsResponse_0(o, b, parts):
-    b += _S2.pack(o.throttle_time_ms)
+    b += _S0.pack(o.throttle_time_ms)
     v = o.transaction_states
     w_clen(b, v)
     for x in v:
@@ -102,14 +120,21 @@ def _e_DescribeTransactionsResponse_0(o, b, parts):
 
 
 def _d_DescribeTransactionsResponse_0(buf, pos):
-    f_throttle_time_ms, = _S2.unpack_from(buf, pos)
+    f_throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_transaction_states = []
     for _ in range(n):
         x, pos = _d_TransactionState_0(buf, pos)
         f_transaction_states.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return DescribeTransactionsResponse(f_throttle_time_ms, f_transaction_states), pos
 
 

@@ -42,7 +42,11 @@ def _e_TopicPartitions_0(o, b, parts):
 def _d_TopicPartitions_0(buf, pos):
     f_topic, pos = r_string(buf, pos)
     n, pos = r_len(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_partitions = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
     return TopicPartitions(f_topic, f_partitions), pos
 
 
@@ -108,9 +112,20 @@ def _e_TopicPartitions_1(o, b, parts):
 
 def _d_TopicPartitions_1(buf, pos):
     f_topic, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicPartitions(f_topic, f_partitions), pos
 
 
@@ -129,7 +144,11 @@ def _e_ElectLeadersRequest_2(o, b, parts):
 def _d_ElectLeadersRequest_2(buf, pos):
     f_election_type, = _S1.unpack_from(buf, pos)
     pos += 1
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topic_partitions = None
     else:
@@ -139,7 +158,10 @@ def _d_ElectLeadersRequest_2(buf, pos):
             f_topic_partitions.append(x)
     f_timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ElectLeadersRequest(f_election_type, f_topic_partitions, f_timeout_ms), pos
 
 

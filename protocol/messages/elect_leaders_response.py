@@ -123,7 +123,10 @@ def _d_PartitionResult_1(buf, pos):
     f_partition_id, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionResult(f_partition_id, f_error_code, f_error_message), pos
 
 
@@ -139,12 +142,19 @@ def _e_ReplicaElectionResult_1(o, b, parts):
 
 def _d_ReplicaElectionResult_1(buf, pos):
     f_topic, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partition_result = []
     for _ in range(n):
         x, pos = _d_PartitionResult_1(buf, pos)
         f_partition_result.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ReplicaElectionResult(f_topic, f_partition_result), pos
 
 
@@ -161,12 +171,19 @@ def _e_ElectLeadersResponse_2(o, b, parts):
 def _d_ElectLeadersResponse_2(buf, pos):
     f_throttle_time_ms, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_replica_election_results = []
     for _ in range(n):
         x, pos = _d_ReplicaElectionResult_1(buf, pos)
         f_replica_election_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ElectLeadersResponse(f_throttle_time_ms, f_error_code, f_replica_election_results), pos
 
 

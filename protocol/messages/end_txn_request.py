@@ -47,7 +47,10 @@ def _d_EndTxnRequest_1(buf, pos):
     f_transactional_id, pos = r_cstring(buf, pos)
     f_producer_id, f_producer_epoch, f_committed, = _S0.unpack_from(buf, pos)
     pos += 11
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return EndTxnRequest(f_transactional_id, f_producer_id, f_producer_epoch, f_committed), pos
 
 

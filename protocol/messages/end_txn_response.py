@@ -44,7 +44,10 @@ def _e_EndTxnResponse_1(o, b, parts):
 def _d_EndTxnResponse_1(buf, pos):
     f_throttle_time_ms, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return EndTxnResponse(f_throttle_time_ms, f_error_code, -1, -1), pos
 
 
@@ -57,7 +60,10 @@ def _e_EndTxnResponse_2(o, b, parts):
 def _d_EndTxnResponse_2(buf, pos):
     f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, = _S1.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return EndTxnResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch), pos
 
 

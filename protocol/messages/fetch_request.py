@@ -71,13 +71,14 @@ class FetchRequest(Message):
 _S0 = _Struct('>iqi')
 _S1 = _Struct('>iiiib')
 _S2 = _Struct('>iqqi')
-_S3 = _Struct('>iiiibii')
-_S4 = _Struct('>iiqqi')
-_S5 = _Struct('>iiqiqi')
-_S6 = _Struct('>16s')
-_S7 = _Struct('>iq')
-_S8 = _Struct('>iiibii')
-_S9 = _Struct('>q')
+_S3 = _Struct('>i')
+_S4 = _Struct('>iiiibii')
+_S5 = _Struct('>iiqqi')
+_S6 = _Struct('>iiqiqi')
+_S7 = _Struct('>16s')
+_S8 = _Struct('>iq')
+_S9 = _Struct('>iiibii')
+_S10 = _Struct('>q')
 
 
 def _e_ReplicaState_0(o, b, parts):
@@ -203,12 +204,16 @@ def _e_ForgottenTopic_0(o, b, parts):
 def _d_ForgottenTopic_1(buf, pos):
     f_topic, pos = r_string(buf, pos)
     n, pos = r_len(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_partitions = [*_S3.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
     return ForgottenTopic(f_topic, ZERO_UUID, f_partitions), pos
 
 
 def _e_FetchRequest_2(o, b, parts):
-    b += _S3.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    b += _S4.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     v = o.topics
     w_len(b, v)
     for x in v:
@@ -221,7 +226,7 @@ def _e_FetchRequest_2(o, b, parts):
 
 
 def _d_FetchRequest_2(buf, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S3.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S4.unpack_from(buf, pos)
     pos += 25
     n, pos = r_len(buf, pos)
     f_topics = []
@@ -237,12 +242,12 @@ def _d_FetchRequest_2(buf, pos):
 
 
 def _e_FetchPartition_2(o, b, parts):
-    b += _S4.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
+    b += _S5.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
     return b
 
 
 def _d_FetchPartition_2(buf, pos):
-    f_partition, f_current_leader_epoch, f_fetch_offset, f_log_start_offset, f_partition_max_bytes, = _S4.unpack_from(buf, pos)
+    f_partition, f_current_leader_epoch, f_fetch_offset, f_log_start_offset, f_partition_max_bytes, = _S5.unpack_from(buf, pos)
     pos += 28
     return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, -1, f_log_start_offset, f_partition_max_bytes, ZERO_UUID, 9223372036854775807), pos
 
@@ -267,7 +272,7 @@ def _d_FetchTopic_2(buf, pos):
 
 
 def _e_FetchRequest_3(o, b, parts):
-    b += _S3.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    b += _S4.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     v = o.topics
     w_len(b, v)
     for x in v:
@@ -280,7 +285,7 @@ def _e_FetchRequest_3(o, b, parts):
 
 
 def _d_FetchRequest_3(buf, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S3.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S4.unpack_from(buf, pos)
     pos += 25
     n, pos = r_len(buf, pos)
     f_topics = []
@@ -296,7 +301,7 @@ def _d_FetchRequest_3(buf, pos):
 
 
 def _e_FetchRequest_4(o, b, parts):
-    b += _S3.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    b += _S4.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     v = o.topics
     w_len(b, v)
     for x in v:
@@ -310,7 +315,7 @@ def _e_FetchRequest_4(o, b, parts):
 
 
 def _d_FetchRequest_4(buf, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S3.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S4.unpack_from(buf, pos)
     pos += 25
     n, pos = r_len(buf, pos)
     f_topics = []
@@ -332,20 +337,26 @@ def _e_ReplicaState_1(o, b, parts):
 
 
 def _d_ReplicaState_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ReplicaState(-1, -1), pos
 
 
 def _e_FetchPartition_3(o, b, parts):
-    b += _S5.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
+    b += _S6.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
     b.append(0)
     return b
 
 
 def _d_FetchPartition_3(buf, pos):
-    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, = _S5.unpack_from(buf, pos)
+    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, = _S6.unpack_from(buf, pos)
     pos += 32
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, ZERO_UUID, 9223372036854775807), pos
 
 
@@ -361,12 +372,19 @@ def _e_FetchTopic_3(o, b, parts):
 
 def _d_FetchTopic_3(buf, pos):
     f_topic, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_FetchPartition_3(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FetchTopic(f_topic, ZERO_UUID, f_partitions), pos
 
 
@@ -381,14 +399,25 @@ def _e_ForgottenTopic_1(o, b, parts):
 
 def _d_ForgottenTopic_2(buf, pos):
     f_topic, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S3.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ForgottenTopic(f_topic, ZERO_UUID, f_partitions), pos
 
 
 def _e_FetchRequest_5(o, b, parts):
-    b += _S3.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    b += _S4.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -409,14 +438,22 @@ def _e_FetchRequest_5(o, b, parts):
 
 
 def _d_FetchRequest_5(buf, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S3.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S4.unpack_from(buf, pos)
     pos += 25
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_FetchTopic_3(buf, pos)
         f_topics.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_forgotten_topics_data = []
     for _ in range(n):
         x, pos = _d_ForgottenTopic_2(buf, pos)
@@ -437,7 +474,7 @@ def _d_FetchRequest_5(buf, pos):
 
 
 def _e_FetchTopic_4(o, b, parts):
-    b += _S6.pack(o.topic_id.bytes)
+    b += _S7.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -447,20 +484,27 @@ def _e_FetchTopic_4(o, b, parts):
 
 
 def _d_FetchTopic_4(buf, pos):
-    f_topic_id, = _S6.unpack_from(buf, pos)
+    f_topic_id, = _S7.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_FetchPartition_3(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FetchTopic('', f_topic_id, f_partitions), pos
 
 
 def _e_ForgottenTopic_2(o, b, parts):
-    b += _S6.pack(o.topic_id.bytes)
+    b += _S7.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     w_int_array(b, 'i', v)
@@ -469,17 +513,28 @@ def _e_ForgottenTopic_2(o, b, parts):
 
 
 def _d_ForgottenTopic_3(buf, pos):
-    f_topic_id, = _S6.unpack_from(buf, pos)
+    f_topic_id, = _S7.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S3.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ForgottenTopic('', f_topic_id, f_partitions), pos
 
 
 def _e_FetchRequest_6(o, b, parts):
-    b += _S3.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    b += _S4.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -500,14 +555,22 @@ def _e_FetchRequest_6(o, b, parts):
 
 
 def _d_FetchRequest_6(buf, pos):
-    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S3.unpack_from(buf, pos)
+    f_replica_id, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S4.unpack_from(buf, pos)
     pos += 25
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_FetchTopic_4(buf, pos)
         f_topics.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_forgotten_topics_data = []
     for _ in range(n):
         x, pos = _d_ForgottenTopic_3(buf, pos)
@@ -528,20 +591,23 @@ def _d_FetchRequest_6(buf, pos):
 
 
 def _e_ReplicaState_2(o, b, parts):
-    b += _S7.pack(o.replica_id, o.replica_epoch)
+    b += _S8.pack(o.replica_id, o.replica_epoch)
     b.append(0)
     return b
 
 
 def _d_ReplicaState_2(buf, pos):
-    f_replica_id, f_replica_epoch, = _S7.unpack_from(buf, pos)
+    f_replica_id, f_replica_epoch, = _S8.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ReplicaState(f_replica_id, f_replica_epoch), pos
 
 
 def _e_FetchRequest_7(o, b, parts):
-    b += _S8.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    b += _S9.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -567,14 +633,22 @@ def _e_FetchRequest_7(o, b, parts):
 
 
 def _d_FetchRequest_7(buf, pos):
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S8.unpack_from(buf, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S9.unpack_from(buf, pos)
     pos += 21
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_FetchTopic_4(buf, pos)
         f_topics.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_forgotten_topics_data = []
     for _ in range(n):
         x, pos = _d_ForgottenTopic_3(buf, pos)
@@ -598,19 +672,19 @@ def _d_FetchRequest_7(buf, pos):
 
 
 def _e_FetchPartition_4(o, b, parts):
-    b += _S5.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
+    b += _S6.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
     tg = []
     v = o.replica_directory_id
     if v != ZERO_UUID:
         t = bytearray()
-        t += _S6.pack(v.bytes)
+        t += _S7.pack(v.bytes)
         tg.append((0, t))
     w_tags(b, tg)
     return b
 
 
 def _d_FetchPartition_4(buf, pos):
-    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, = _S5.unpack_from(buf, pos)
+    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, = _S6.unpack_from(buf, pos)
     pos += 32
     f_replica_directory_id = ZERO_UUID
     nt, pos = read_uvarint(buf, pos)
@@ -621,7 +695,7 @@ def _d_FetchPartition_4(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            f_replica_directory_id, = _S6.unpack_from(buf, pos)
+            f_replica_directory_id, = _S7.unpack_from(buf, pos)
             pos += 16
             f_replica_directory_id = uuid_from_bytes(f_replica_directory_id)
         pos = end
@@ -629,7 +703,7 @@ def _d_FetchPartition_4(buf, pos):
 
 
 def _e_FetchTopic_5(o, b, parts):
-    b += _S6.pack(o.topic_id.bytes)
+    b += _S7.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -639,20 +713,27 @@ def _e_FetchTopic_5(o, b, parts):
 
 
 def _d_FetchTopic_5(buf, pos):
-    f_topic_id, = _S6.unpack_from(buf, pos)
+    f_topic_id, = _S7.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_FetchPartition_4(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FetchTopic('', f_topic_id, f_partitions), pos
 
 
 def _e_FetchRequest_8(o, b, parts):
-    b += _S8.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    b += _S9.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -678,14 +759,22 @@ def _e_FetchRequest_8(o, b, parts):
 
 
 def _d_FetchRequest_8(buf, pos):
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S8.unpack_from(buf, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S9.unpack_from(buf, pos)
     pos += 21
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_FetchTopic_5(buf, pos)
         f_topics.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_forgotten_topics_data = []
     for _ in range(n):
         x, pos = _d_ForgottenTopic_3(buf, pos)
@@ -709,24 +798,24 @@ def _d_FetchRequest_8(buf, pos):
 
 
 def _e_FetchPartition_5(o, b, parts):
-    b += _S5.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
+    b += _S6.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
     tg = []
     v = o.replica_directory_id
     if v != ZERO_UUID:
         t = bytearray()
-        t += _S6.pack(v.bytes)
+        t += _S7.pack(v.bytes)
         tg.append((0, t))
     v = o.high_watermark
     if v != 9223372036854775807:
         t = bytearray()
-        t += _S9.pack(v)
+        t += _S10.pack(v)
         tg.append((1, t))
     w_tags(b, tg)
     return b
 
 
 def _d_FetchPartition_5(buf, pos):
-    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, = _S5.unpack_from(buf, pos)
+    f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, = _S6.unpack_from(buf, pos)
     pos += 32
     f_replica_directory_id = ZERO_UUID
     f_high_watermark = 9223372036854775807
@@ -738,18 +827,18 @@ def _d_FetchPartition_5(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            f_replica_directory_id, = _S6.unpack_from(buf, pos)
+            f_replica_directory_id, = _S7.unpack_from(buf, pos)
             pos += 16
             f_replica_directory_id = uuid_from_bytes(f_replica_directory_id)
         elif tag == 1:
-            f_high_watermark, = _S9.unpack_from(buf, pos)
+            f_high_watermark, = _S10.unpack_from(buf, pos)
             pos += 8
         pos = end
     return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, f_replica_directory_id, f_high_watermark), pos
 
 
 def _e_FetchTopic_6(o, b, parts):
-    b += _S6.pack(o.topic_id.bytes)
+    b += _S7.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -759,20 +848,27 @@ def _e_FetchTopic_6(o, b, parts):
 
 
 def _d_FetchTopic_6(buf, pos):
-    f_topic_id, = _S6.unpack_from(buf, pos)
+    f_topic_id, = _S7.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_FetchPartition_5(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FetchTopic('', f_topic_id, f_partitions), pos
 
 
 def _e_FetchRequest_9(o, b, parts):
-    b += _S8.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    b += _S9.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -798,14 +894,22 @@ def _e_FetchRequest_9(o, b, parts):
 
 
 def _d_FetchRequest_9(buf, pos):
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S8.unpack_from(buf, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S9.unpack_from(buf, pos)
     pos += 21
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_FetchTopic_6(buf, pos)
         f_topics.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_forgotten_topics_data = []
     for _ in range(n):
         x, pos = _d_ForgottenTopic_3(buf, pos)

@@ -365,7 +365,10 @@ def _e_EpochEndOffset_1(o, b, parts):
 def _d_EpochEndOffset_1(buf, pos):
     f_epoch, f_end_offset, = _S6.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return EpochEndOffset(f_epoch, f_end_offset), pos
 
 
@@ -378,7 +381,10 @@ def _e_LeaderIdAndEpoch_0(o, b, parts):
 def _d_LeaderIdAndEpoch_1(buf, pos):
     f_leader_id, f_leader_epoch, = _S7.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch), pos
 
 
@@ -391,7 +397,10 @@ def _e_SnapshotId_1(o, b, parts):
 def _d_SnapshotId_1(buf, pos):
     f_end_offset, f_epoch, = _S0.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return SnapshotId(f_end_offset, f_epoch), pos
 
 
@@ -404,7 +413,10 @@ def _e_AbortedTransaction_1(o, b, parts):
 def _d_AbortedTransaction_1(buf, pos):
     f_producer_id, f_first_offset, = _S1.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AbortedTransaction(f_producer_id, f_first_offset), pos
 
 
@@ -440,7 +452,11 @@ def _e_PartitionData_3(o, b, parts):
 def _d_PartitionData_3(buf, pos):
     f_partition_index, f_error_code, f_high_watermark, f_last_stable_offset, f_log_start_offset, = _S4.unpack_from(buf, pos)
     pos += 30
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_aborted_transactions = None
     else:
@@ -483,12 +499,19 @@ def _e_FetchableTopicResponse_3(o, b, parts):
 
 def _d_FetchableTopicResponse_3(buf, pos):
     f_topic, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionData_3(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions), pos
 
 
@@ -498,7 +521,10 @@ def _e_NodeEndpoint_0(o, b, parts):
 
 
 def _d_NodeEndpoint_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return NodeEndpoint(0, '', 0, None), pos
 
 
@@ -515,12 +541,19 @@ def _e_FetchResponse_4(o, b, parts):
 def _d_FetchResponse_4(buf, pos):
     f_throttle_time_ms, f_error_code, f_session_id, = _S5.unpack_from(buf, pos)
     pos += 10
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_FetchableTopicResponse_3(buf, pos)
         f_responses.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, MISSING), pos
 
 
@@ -538,12 +571,19 @@ def _d_FetchableTopicResponse_4(buf, pos):
     f_topic_id, = _S8.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionData_3(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FetchableTopicResponse('', f_topic_id, f_partitions), pos
 
 
@@ -560,12 +600,19 @@ def _e_FetchResponse_5(o, b, parts):
 def _d_FetchResponse_5(buf, pos):
     f_throttle_time_ms, f_error_code, f_session_id, = _S5.unpack_from(buf, pos)
     pos += 10
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_FetchableTopicResponse_4(buf, pos)
         f_responses.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FetchResponse(f_throttle_time_ms, f_error_code, f_session_id, f_responses, MISSING), pos
 
 
@@ -585,7 +632,10 @@ def _d_NodeEndpoint_2(buf, pos):
     f_port, = _S3.unpack_from(buf, pos)
     pos += 4
     f_rack, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return NodeEndpoint(f_node_id, f_host, f_port, f_rack), pos
 
 
@@ -611,7 +661,11 @@ def _e_FetchResponse_6(o, b, parts):
 def _d_FetchResponse_6(buf, pos):
     f_throttle_time_ms, f_error_code, f_session_id, = _S5.unpack_from(buf, pos)
     pos += 10
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_FetchableTopicResponse_4(buf, pos)
@@ -625,7 +679,11 @@ def _d_FetchResponse_6(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            n, pos = r_clen(buf, pos)
+            n = buf[pos] - 1
+            if 0 <= n < 127:
+                pos += 1
+            else:
+                n, pos = r_clen(buf, pos)
             f_node_endpoints = []
             for _ in range(n):
                 x, pos = _d_NodeEndpoint_2(buf, pos)

@@ -56,7 +56,10 @@ def _d_FindCoordinatorRequest_2(buf, pos):
     f_key, pos = r_cstring(buf, pos)
     f_key_type, = _S0.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FindCoordinatorRequest(f_key, f_key_type, MISSING), pos
 
 
@@ -73,12 +76,19 @@ def _e_FindCoordinatorRequest_3(o, b, parts):
 def _d_FindCoordinatorRequest_3(buf, pos):
     f_key_type, = _S0.unpack_from(buf, pos)
     pos += 1
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_coordinator_keys = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_coordinator_keys.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FindCoordinatorRequest('', f_key_type, f_coordinator_keys), pos
 
 

@@ -91,7 +91,10 @@ def _e_Coordinator_1(o, b, parts):
 
 
 def _d_Coordinator_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return Coordinator('', 0, '', 0, 0, ''), pos
 
 
@@ -114,7 +117,10 @@ def _d_FindCoordinatorResponse_2(buf, pos):
     f_host, pos = r_cstring(buf, pos)
     f_port, = _S1.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FindCoordinatorResponse(f_throttle_time_ms, f_error_code, f_error_message, f_node_id, f_host, f_port, MISSING), pos
 
 
@@ -136,7 +142,10 @@ def _d_Coordinator_2(buf, pos):
     f_port, f_error_code, = _S2.unpack_from(buf, pos)
     pos += 6
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return Coordinator(f_key, f_node_id, f_host, f_port, f_error_code, f_error_message), pos
 
 
@@ -153,12 +162,19 @@ def _e_FindCoordinatorResponse_3(o, b, parts):
 def _d_FindCoordinatorResponse_3(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_coordinators = []
     for _ in range(n):
         x, pos = _d_Coordinator_2(buf, pos)
         f_coordinators.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FindCoordinatorResponse(f_throttle_time_ms, 0, '', 0, '', 0, f_coordinators), pos
 
 

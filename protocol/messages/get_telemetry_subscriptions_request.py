@@ -30,7 +30,10 @@ def _d_GetTelemetrySubscriptionsRequest_0(buf, pos):
     f_client_instance_id, = _S0.unpack_from(buf, pos)
     pos += 16
     f_client_instance_id = uuid_from_bytes(f_client_instance_id)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return GetTelemetrySubscriptionsRequest(f_client_instance_id), pos
 
 

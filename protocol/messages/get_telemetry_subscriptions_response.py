@@ -27,6 +27,7 @@ class GetTelemetrySubscriptionsResponse(Message):
 
 _S0 = _Struct('>ih16si')
 _S1 = _Struct('>ii?')
+_S2 = _Struct('>b')
 
 
 def _e_GetTelemetrySubscriptionsResponse_0(o, b, parts):
@@ -47,16 +48,31 @@ def _d_GetTelemetrySubscriptionsResponse_0(buf, pos):
     f_throttle_time_ms, f_error_code, f_client_instance_id, f_subscription_id, = _S0.unpack_from(buf, pos)
     pos += 26
     f_client_instance_id = uuid_from_bytes(f_client_instance_id)
-    n, pos = r_clen(buf, pos)
-    f_accepted_compression_types, pos = r_int_array(buf, pos, 'b', n)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_accepted_compression_types = [*_S2.unpack_from(buf, pos)]
+        pos += 1
+    else:
+        f_accepted_compression_types, pos = r_int_array(buf, pos, 'b', n)
     f_push_interval_ms, f_telemetry_max_bytes, f_delta_temporality, = _S1.unpack_from(buf, pos)
     pos += 9
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_requested_metrics = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_requested_metrics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return GetTelemetrySubscriptionsResponse(f_throttle_time_ms, f_error_code, f_client_instance_id, f_subscription_id, f_accepted_compression_types, f_push_interval_ms, f_telemetry_max_bytes, f_delta_temporality, f_requested_metrics), pos
 
 

@@ -70,7 +70,10 @@ def _d_HeartbeatRequest_2(buf, pos):
     pos += 4
     f_member_id, pos = r_cstring(buf, pos)
     f_group_instance_id, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return HeartbeatRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id), pos
 
 

@@ -53,7 +53,10 @@ def _e_HeartbeatResponse_2(o, b, parts):
 def _d_HeartbeatResponse_2(buf, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return HeartbeatResponse(f_throttle_time_ms, f_error_code), pos
 
 

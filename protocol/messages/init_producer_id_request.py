@@ -51,7 +51,10 @@ def _d_InitProducerIdRequest_1(buf, pos):
     f_transactional_id, pos = r_cnstring(buf, pos)
     f_transaction_timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, -1, -1, False, False), pos
 
 
@@ -66,7 +69,10 @@ def _d_InitProducerIdRequest_2(buf, pos):
     f_transactional_id, pos = r_cnstring(buf, pos)
     f_transaction_timeout_ms, f_producer_id, f_producer_epoch, = _S1.unpack_from(buf, pos)
     pos += 14
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, f_producer_id, f_producer_epoch, False, False), pos
 
 
@@ -81,7 +87,10 @@ def _d_InitProducerIdRequest_3(buf, pos):
     f_transactional_id, pos = r_cnstring(buf, pos)
     f_transaction_timeout_ms, f_producer_id, f_producer_epoch, f_enable2_pc, f_keep_prepared_txn, = _S2.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return InitProducerIdRequest(f_transactional_id, f_transaction_timeout_ms, f_producer_id, f_producer_epoch, f_enable2_pc, f_keep_prepared_txn), pos
 
 

@@ -46,7 +46,10 @@ def _e_InitProducerIdResponse_1(o, b, parts):
 def _d_InitProducerIdResponse_1(buf, pos):
     f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, = _S0.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, -1, -1), pos
 
 
@@ -59,7 +62,10 @@ def _e_InitProducerIdResponse_2(o, b, parts):
 def _d_InitProducerIdResponse_2(buf, pos):
     f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, f_ongoing_txn_producer_id, f_ongoing_txn_producer_epoch, = _S1.unpack_from(buf, pos)
     pos += 26
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return InitProducerIdResponse(f_throttle_time_ms, f_error_code, f_producer_id, f_producer_epoch, f_ongoing_txn_producer_id, f_ongoing_txn_producer_epoch), pos
 
 

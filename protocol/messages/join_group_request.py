@@ -138,7 +138,10 @@ def _e_JoinGroupRequestProtocol_1(o, b, parts):
 def _d_JoinGroupRequestProtocol_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
     f_metadata, pos = r_cbytes(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return JoinGroupRequestProtocol(f_name, f_metadata), pos
 
 
@@ -163,12 +166,19 @@ def _d_JoinGroupRequest_3(buf, pos):
     f_member_id, pos = r_cstring(buf, pos)
     f_group_instance_id, pos = r_cnstring(buf, pos)
     f_protocol_type, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_protocols = []
     for _ in range(n):
         x, pos = _d_JoinGroupRequestProtocol_1(buf, pos)
         f_protocols.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, None), pos
 
 
@@ -194,13 +204,20 @@ def _d_JoinGroupRequest_4(buf, pos):
     f_member_id, pos = r_cstring(buf, pos)
     f_group_instance_id, pos = r_cnstring(buf, pos)
     f_protocol_type, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_protocols = []
     for _ in range(n):
         x, pos = _d_JoinGroupRequestProtocol_1(buf, pos)
         f_protocols.append(x)
     f_reason, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return JoinGroupRequest(f_group_id, f_session_timeout_ms, f_rebalance_timeout_ms, f_member_id, f_group_instance_id, f_protocol_type, f_protocols, f_reason), pos
 
 

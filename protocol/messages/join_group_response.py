@@ -155,7 +155,10 @@ def _d_JoinGroupResponseMember_2(buf, pos):
     f_member_id, pos = r_cstring(buf, pos)
     f_group_instance_id, pos = r_cnstring(buf, pos)
     f_metadata, pos = r_cbytes(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return JoinGroupResponseMember(f_member_id, f_group_instance_id, f_metadata), pos
 
 
@@ -178,12 +181,19 @@ def _d_JoinGroupResponse_3(buf, pos):
     f_protocol_name, pos = r_cstring(buf, pos)
     f_leader, pos = r_cstring(buf, pos)
     f_member_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_members = []
     for _ in range(n):
         x, pos = _d_JoinGroupResponseMember_2(buf, pos)
         f_members.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, None, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
@@ -208,12 +218,19 @@ def _d_JoinGroupResponse_4(buf, pos):
     f_protocol_name, pos = r_cnstring(buf, pos)
     f_leader, pos = r_cstring(buf, pos)
     f_member_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_members = []
     for _ in range(n):
         x, pos = _d_JoinGroupResponseMember_2(buf, pos)
         f_members.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, False, f_member_id, f_members), pos
 
 
@@ -241,12 +258,19 @@ def _d_JoinGroupResponse_5(buf, pos):
     f_skip_assignment, = _S2.unpack_from(buf, pos)
     pos += 1
     f_member_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_members = []
     for _ in range(n):
         x, pos = _d_JoinGroupResponseMember_2(buf, pos)
         f_members.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return JoinGroupResponse(f_throttle_time_ms, f_error_code, f_generation_id, f_protocol_type, f_protocol_name, f_leader, f_skip_assignment, f_member_id, f_members), pos
 
 

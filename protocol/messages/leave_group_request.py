@@ -91,7 +91,10 @@ def _e_MemberIdentity_2(o, b, parts):
 def _d_MemberIdentity_2(buf, pos):
     f_member_id, pos = r_cstring(buf, pos)
     f_group_instance_id, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MemberIdentity(f_member_id, f_group_instance_id, None), pos
 
 
@@ -107,12 +110,19 @@ def _e_LeaveGroupRequest_2(o, b, parts):
 
 def _d_LeaveGroupRequest_2(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_members = []
     for _ in range(n):
         x, pos = _d_MemberIdentity_2(buf, pos)
         f_members.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return LeaveGroupRequest(f_group_id, '', f_members), pos
 
 
@@ -128,7 +138,10 @@ def _d_MemberIdentity_3(buf, pos):
     f_member_id, pos = r_cstring(buf, pos)
     f_group_instance_id, pos = r_cnstring(buf, pos)
     f_reason, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MemberIdentity(f_member_id, f_group_instance_id, f_reason), pos
 
 
@@ -144,12 +157,19 @@ def _e_LeaveGroupRequest_3(o, b, parts):
 
 def _d_LeaveGroupRequest_3(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_members = []
     for _ in range(n):
         x, pos = _d_MemberIdentity_3(buf, pos)
         f_members.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return LeaveGroupRequest(f_group_id, '', f_members), pos
 
 

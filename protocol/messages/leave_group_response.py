@@ -110,7 +110,10 @@ def _d_MemberResponse_2(buf, pos):
     f_group_instance_id, pos = r_cnstring(buf, pos)
     f_error_code, = _S0.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MemberResponse(f_member_id, f_group_instance_id, f_error_code), pos
 
 
@@ -127,12 +130,19 @@ def _e_LeaveGroupResponse_3(o, b, parts):
 def _d_LeaveGroupResponse_3(buf, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_members = []
     for _ in range(n):
         x, pos = _d_MemberResponse_2(buf, pos)
         f_members.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return LeaveGroupResponse(f_throttle_time_ms, f_error_code, f_members), pos
 
 

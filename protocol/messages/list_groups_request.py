@@ -34,7 +34,10 @@ def _e_ListGroupsRequest_1(o, b, parts):
 
 
 def _d_ListGroupsRequest_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListGroupsRequest(MISSING, MISSING), pos
 
 
@@ -48,12 +51,19 @@ def _e_ListGroupsRequest_2(o, b, parts):
 
 
 def _d_ListGroupsRequest_2(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_states_filter = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_states_filter.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListGroupsRequest(f_states_filter, MISSING), pos
 
 
@@ -71,17 +81,28 @@ def _e_ListGroupsRequest_3(o, b, parts):
 
 
 def _d_ListGroupsRequest_3(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_states_filter = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_states_filter.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_types_filter = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_types_filter.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListGroupsRequest(f_states_filter, f_types_filter), pos
 
 

@@ -95,7 +95,10 @@ def _e_ListedGroup_1(o, b, parts):
 def _d_ListedGroup_1(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
     f_protocol_type, pos = r_cstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListedGroup(f_group_id, f_protocol_type, '', ''), pos
 
 
@@ -112,12 +115,19 @@ def _e_ListGroupsResponse_2(o, b, parts):
 def _d_ListGroupsResponse_2(buf, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_ListedGroup_1(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups), pos
 
 
@@ -133,7 +143,10 @@ def _d_ListedGroup_2(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
     f_protocol_type, pos = r_cstring(buf, pos)
     f_group_state, pos = r_cstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListedGroup(f_group_id, f_protocol_type, f_group_state, ''), pos
 
 
@@ -150,12 +163,19 @@ def _e_ListGroupsResponse_3(o, b, parts):
 def _d_ListGroupsResponse_3(buf, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_ListedGroup_2(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups), pos
 
 
@@ -173,7 +193,10 @@ def _d_ListedGroup_3(buf, pos):
     f_protocol_type, pos = r_cstring(buf, pos)
     f_group_state, pos = r_cstring(buf, pos)
     f_group_type, pos = r_cstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListedGroup(f_group_id, f_protocol_type, f_group_state, f_group_type), pos
 
 
@@ -190,12 +213,19 @@ def _e_ListGroupsResponse_4(o, b, parts):
 def _d_ListGroupsResponse_4(buf, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_ListedGroup_3(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListGroupsResponse(f_throttle_time_ms, f_error_code, f_groups), pos
 
 

@@ -172,7 +172,10 @@ def _e_ListOffsetsPartition_2(o, b, parts):
 def _d_ListOffsetsPartition_2(buf, pos):
     f_partition_index, f_current_leader_epoch, f_timestamp, = _S3.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListOffsetsPartition(f_partition_index, f_current_leader_epoch, f_timestamp), pos
 
 
@@ -188,12 +191,19 @@ def _e_ListOffsetsTopic_2(o, b, parts):
 
 def _d_ListOffsetsTopic_2(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_ListOffsetsPartition_2(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListOffsetsTopic(f_name, f_partitions), pos
 
 
@@ -210,12 +220,19 @@ def _e_ListOffsetsRequest_3(o, b, parts):
 def _d_ListOffsetsRequest_3(buf, pos):
     f_replica_id, f_isolation_level, = _S2.unpack_from(buf, pos)
     pos += 5
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_ListOffsetsTopic_2(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0), pos
 
 
@@ -233,14 +250,21 @@ def _e_ListOffsetsRequest_4(o, b, parts):
 def _d_ListOffsetsRequest_4(buf, pos):
     f_replica_id, f_isolation_level, = _S2.unpack_from(buf, pos)
     pos += 5
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_ListOffsetsTopic_2(buf, pos)
         f_topics.append(x)
     f_timeout_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, f_timeout_ms), pos
 
 

@@ -168,7 +168,10 @@ def _e_ListOffsetsPartitionResponse_2(o, b, parts):
 def _d_ListOffsetsPartitionResponse_2(buf, pos):
     f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch, = _S2.unpack_from(buf, pos)
     pos += 26
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListOffsetsPartitionResponse(f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch), pos
 
 
@@ -184,12 +187,19 @@ def _e_ListOffsetsTopicResponse_2(o, b, parts):
 
 def _d_ListOffsetsTopicResponse_2(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_ListOffsetsPartitionResponse_2(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListOffsetsTopicResponse(f_name, f_partitions), pos
 
 
@@ -206,12 +216,19 @@ def _e_ListOffsetsResponse_3(o, b, parts):
 def _d_ListOffsetsResponse_3(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_ListOffsetsTopicResponse_2(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListOffsetsResponse(f_throttle_time_ms, f_topics), pos
 
 

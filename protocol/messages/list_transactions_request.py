@@ -36,14 +36,29 @@ def _e_ListTransactionsRequest_0(o, b, parts):
 
 
 def _d_ListTransactionsRequest_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_state_filters = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_state_filters.append(x)
-    n, pos = r_clen(buf, pos)
-    f_producer_id_filters, pos = r_int_array(buf, pos, 'q', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_producer_id_filters = [*_S0.unpack_from(buf, pos)]
+        pos += 8
+    else:
+        f_producer_id_filters, pos = r_int_array(buf, pos, 'q', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListTransactionsRequest(f_state_filters, f_producer_id_filters, -1, None), pos
 
 
@@ -61,16 +76,31 @@ def _e_ListTransactionsRequest_1(o, b, parts):
 
 
 def _d_ListTransactionsRequest_1(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_state_filters = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_state_filters.append(x)
-    n, pos = r_clen(buf, pos)
-    f_producer_id_filters, pos = r_int_array(buf, pos, 'q', n)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_producer_id_filters = [*_S0.unpack_from(buf, pos)]
+        pos += 8
+    else:
+        f_producer_id_filters, pos = r_int_array(buf, pos, 'q', n)
     f_duration_filter, = _S0.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListTransactionsRequest(f_state_filters, f_producer_id_filters, f_duration_filter, None), pos
 
 
@@ -89,17 +119,32 @@ def _e_ListTransactionsRequest_2(o, b, parts):
 
 
 def _d_ListTransactionsRequest_2(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_state_filters = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_state_filters.append(x)
-    n, pos = r_clen(buf, pos)
-    f_producer_id_filters, pos = r_int_array(buf, pos, 'q', n)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_producer_id_filters = [*_S0.unpack_from(buf, pos)]
+        pos += 8
+    else:
+        f_producer_id_filters, pos = r_int_array(buf, pos, 'q', n)
     f_duration_filter, = _S0.unpack_from(buf, pos)
     pos += 8
     f_transactional_id_pattern, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListTransactionsRequest(f_state_filters, f_producer_id_filters, f_duration_filter, f_transactional_id_pattern), pos
 
 

@@ -46,7 +46,10 @@ def _d_TransactionState_0(buf, pos):
     f_producer_id, = _S0.unpack_from(buf, pos)
     pos += 8
     f_transaction_state, pos = r_cstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TransactionState(f_transactional_id, f_producer_id, f_transaction_state), pos
 
 
@@ -67,17 +70,28 @@ def _e_ListTransactionsResponse_0(o, b, parts):
 def _d_ListTransactionsResponse_0(buf, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_unknown_state_filters = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_unknown_state_filters.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_transaction_states = []
     for _ in range(n):
         x, pos = _d_TransactionState_0(buf, pos)
         f_transaction_states.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ListTransactionsResponse(f_throttle_time_ms, f_error_code, f_unknown_state_filters, f_transaction_states), pos
 
 

@@ -138,7 +138,10 @@ def _e_MetadataRequestTopic_1(o, b, parts):
 
 def _d_MetadataRequestTopic_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataRequestTopic(ZERO_UUID, f_name), pos
 
 
@@ -154,7 +157,11 @@ def _e_MetadataRequest_4(o, b, parts):
 
 
 def _d_MetadataRequest_4(buf, pos):
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topics = None
     else:
@@ -164,7 +171,10 @@ def _d_MetadataRequest_4(buf, pos):
             f_topics.append(x)
     f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, = _S1.unpack_from(buf, pos)
     pos += 3
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations), pos
 
 
@@ -180,7 +190,10 @@ def _d_MetadataRequestTopic_2(buf, pos):
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     f_name, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataRequestTopic(f_topic_id, f_name), pos
 
 
@@ -196,7 +209,11 @@ def _e_MetadataRequest_5(o, b, parts):
 
 
 def _d_MetadataRequest_5(buf, pos):
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topics = None
     else:
@@ -206,7 +223,10 @@ def _d_MetadataRequest_5(buf, pos):
             f_topics.append(x)
     f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations, = _S1.unpack_from(buf, pos)
     pos += 3
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, f_include_cluster_authorized_operations, f_include_topic_authorized_operations), pos
 
 
@@ -222,7 +242,11 @@ def _e_MetadataRequest_6(o, b, parts):
 
 
 def _d_MetadataRequest_6(buf, pos):
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topics = None
     else:
@@ -232,7 +256,10 @@ def _d_MetadataRequest_6(buf, pos):
             f_topics.append(x)
     f_allow_auto_topic_creation, f_include_topic_authorized_operations, = _S3.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataRequest(f_topics, f_allow_auto_topic_creation, False, f_include_topic_authorized_operations), pos
 
 

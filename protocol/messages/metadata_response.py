@@ -97,9 +97,17 @@ def _d_MetadataResponsePartition_0(buf, pos):
     f_error_code, f_partition_index, f_leader_id, = _S1.unpack_from(buf, pos)
     pos += 10
     n, pos = r_len(buf, pos)
-    f_replica_nodes, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_replica_nodes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_replica_nodes, pos = r_int_array(buf, pos, 'i', n)
     n, pos = r_len(buf, pos)
-    f_isr_nodes, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_isr_nodes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_isr_nodes, pos = r_int_array(buf, pos, 'i', n)
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, -1, f_replica_nodes, f_isr_nodes, MISSING), pos
 
 
@@ -306,11 +314,23 @@ def _d_MetadataResponsePartition_1(buf, pos):
     f_error_code, f_partition_index, f_leader_id, = _S1.unpack_from(buf, pos)
     pos += 10
     n, pos = r_len(buf, pos)
-    f_replica_nodes, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_replica_nodes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_replica_nodes, pos = r_int_array(buf, pos, 'i', n)
     n, pos = r_len(buf, pos)
-    f_isr_nodes, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_isr_nodes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_isr_nodes, pos = r_int_array(buf, pos, 'i', n)
     n, pos = r_len(buf, pos)
-    f_offline_replicas, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_offline_replicas = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_offline_replicas, pos = r_int_array(buf, pos, 'i', n)
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, -1, f_replica_nodes, f_isr_nodes, f_offline_replicas), pos
 
 
@@ -391,11 +411,23 @@ def _d_MetadataResponsePartition_2(buf, pos):
     f_error_code, f_partition_index, f_leader_id, f_leader_epoch, = _S4.unpack_from(buf, pos)
     pos += 14
     n, pos = r_len(buf, pos)
-    f_replica_nodes, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_replica_nodes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_replica_nodes, pos = r_int_array(buf, pos, 'i', n)
     n, pos = r_len(buf, pos)
-    f_isr_nodes, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_isr_nodes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_isr_nodes, pos = r_int_array(buf, pos, 'i', n)
     n, pos = r_len(buf, pos)
-    f_offline_replicas, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_offline_replicas = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_offline_replicas, pos = r_int_array(buf, pos, 'i', n)
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_offline_replicas), pos
 
 
@@ -539,7 +571,10 @@ def _d_MetadataResponseBroker_2(buf, pos):
     f_port, = _S0.unpack_from(buf, pos)
     pos += 4
     f_rack, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataResponseBroker(f_node_id, f_host, f_port, f_rack), pos
 
 
@@ -561,13 +596,40 @@ def _e_MetadataResponsePartition_3(o, b, parts):
 def _d_MetadataResponsePartition_3(buf, pos):
     f_error_code, f_partition_index, f_leader_id, f_leader_epoch, = _S4.unpack_from(buf, pos)
     pos += 14
-    n, pos = r_clen(buf, pos)
-    f_replica_nodes, pos = r_int_array(buf, pos, 'i', n)
-    n, pos = r_clen(buf, pos)
-    f_isr_nodes, pos = r_int_array(buf, pos, 'i', n)
-    n, pos = r_clen(buf, pos)
-    f_offline_replicas, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_replica_nodes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_replica_nodes, pos = r_int_array(buf, pos, 'i', n)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_isr_nodes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_isr_nodes, pos = r_int_array(buf, pos, 'i', n)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_offline_replicas = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_offline_replicas, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataResponsePartition(f_error_code, f_partition_index, f_leader_id, f_leader_epoch, f_replica_nodes, f_isr_nodes, f_offline_replicas), pos
 
 
@@ -590,14 +652,21 @@ def _d_MetadataResponseTopic_5(buf, pos):
     f_name, pos = r_cstring(buf, pos)
     f_is_internal, = _S3.unpack_from(buf, pos)
     pos += 1
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_MetadataResponsePartition_3(buf, pos)
         f_partitions.append(x)
     f_topic_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataResponseTopic(f_error_code, f_name, ZERO_UUID, f_is_internal, f_partitions, f_topic_authorized_operations), pos
 
 
@@ -621,7 +690,11 @@ def _e_MetadataResponse_7(o, b, parts):
 def _d_MetadataResponse_7(buf, pos):
     f_throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_brokers = []
     for _ in range(n):
         x, pos = _d_MetadataResponseBroker_2(buf, pos)
@@ -629,14 +702,21 @@ def _d_MetadataResponse_7(buf, pos):
     f_cluster_id, pos = r_cnstring(buf, pos)
     f_controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_MetadataResponseTopic_5(buf, pos)
         f_topics.append(x)
     f_cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations, 0), pos
 
 
@@ -660,14 +740,21 @@ def _d_MetadataResponseTopic_6(buf, pos):
     f_topic_id, f_is_internal, = _S5.unpack_from(buf, pos)
     pos += 17
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_MetadataResponsePartition_3(buf, pos)
         f_partitions.append(x)
     f_topic_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations), pos
 
 
@@ -691,7 +778,11 @@ def _e_MetadataResponse_8(o, b, parts):
 def _d_MetadataResponse_8(buf, pos):
     f_throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_brokers = []
     for _ in range(n):
         x, pos = _d_MetadataResponseBroker_2(buf, pos)
@@ -699,14 +790,21 @@ def _d_MetadataResponse_8(buf, pos):
     f_cluster_id, pos = r_cnstring(buf, pos)
     f_controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_MetadataResponseTopic_6(buf, pos)
         f_topics.append(x)
     f_cluster_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, f_cluster_authorized_operations, 0), pos
 
 
@@ -729,7 +827,11 @@ def _e_MetadataResponse_9(o, b, parts):
 def _d_MetadataResponse_9(buf, pos):
     f_throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_brokers = []
     for _ in range(n):
         x, pos = _d_MetadataResponseBroker_2(buf, pos)
@@ -737,12 +839,19 @@ def _d_MetadataResponse_9(buf, pos):
     f_cluster_id, pos = r_cnstring(buf, pos)
     f_controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_MetadataResponseTopic_6(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, 0), pos
 
 
@@ -766,14 +875,21 @@ def _d_MetadataResponseTopic_7(buf, pos):
     f_topic_id, f_is_internal, = _S5.unpack_from(buf, pos)
     pos += 17
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_MetadataResponsePartition_3(buf, pos)
         f_partitions.append(x)
     f_topic_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataResponseTopic(f_error_code, f_name, f_topic_id, f_is_internal, f_partitions, f_topic_authorized_operations), pos
 
 
@@ -796,7 +912,11 @@ def _e_MetadataResponse_10(o, b, parts):
 def _d_MetadataResponse_10(buf, pos):
     f_throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_brokers = []
     for _ in range(n):
         x, pos = _d_MetadataResponseBroker_2(buf, pos)
@@ -804,12 +924,19 @@ def _d_MetadataResponse_10(buf, pos):
     f_cluster_id, pos = r_cnstring(buf, pos)
     f_controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_MetadataResponseTopic_7(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, 0), pos
 
 
@@ -833,7 +960,11 @@ def _e_MetadataResponse_11(o, b, parts):
 def _d_MetadataResponse_11(buf, pos):
     f_throttle_time_ms, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_brokers = []
     for _ in range(n):
         x, pos = _d_MetadataResponseBroker_2(buf, pos)
@@ -841,14 +972,21 @@ def _d_MetadataResponse_11(buf, pos):
     f_cluster_id, pos = r_cnstring(buf, pos)
     f_controller_id, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_MetadataResponseTopic_7(buf, pos)
         f_topics.append(x)
     f_error_code, = _S2.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return MetadataResponse(f_throttle_time_ms, f_brokers, f_cluster_id, f_controller_id, f_topics, -2147483648, f_error_code), pos
 
 

@@ -224,7 +224,10 @@ def _d_OffsetCommitRequestPartition_2(buf, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S3.unpack_from(buf, pos)
     pos += 16
     f_committed_metadata, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_committed_metadata), pos
 
 
@@ -240,12 +243,19 @@ def _e_OffsetCommitRequestTopic_2(o, b, parts):
 
 def _d_OffsetCommitRequestTopic_2(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_OffsetCommitRequestPartition_2(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetCommitRequestTopic(f_name, ZERO_UUID, f_partitions), pos
 
 
@@ -268,12 +278,19 @@ def _d_OffsetCommitRequest_4(buf, pos):
     pos += 4
     f_member_id, pos = r_cstring(buf, pos)
     f_group_instance_id, pos = r_cnstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_OffsetCommitRequestTopic_2(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics), pos
 
 
@@ -291,12 +308,19 @@ def _d_OffsetCommitRequestTopic_3(buf, pos):
     f_topic_id, = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_OffsetCommitRequestPartition_2(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetCommitRequestTopic('', f_topic_id, f_partitions), pos
 
 
@@ -319,12 +343,19 @@ def _d_OffsetCommitRequest_5(buf, pos):
     pos += 4
     f_member_id, pos = r_cstring(buf, pos)
     f_group_instance_id, pos = r_cnstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_OffsetCommitRequestTopic_3(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetCommitRequest(f_group_id, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, -1, f_topics), pos
 
 

@@ -116,7 +116,10 @@ def _e_OffsetCommitResponsePartition_1(o, b, parts):
 def _d_OffsetCommitResponsePartition_1(buf, pos):
     f_partition_index, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetCommitResponsePartition(f_partition_index, f_error_code), pos
 
 
@@ -132,12 +135,19 @@ def _e_OffsetCommitResponseTopic_1(o, b, parts):
 
 def _d_OffsetCommitResponseTopic_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_OffsetCommitResponsePartition_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetCommitResponseTopic(f_name, ZERO_UUID, f_partitions), pos
 
 
@@ -154,12 +164,19 @@ def _e_OffsetCommitResponse_2(o, b, parts):
 def _d_OffsetCommitResponse_2(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_OffsetCommitResponseTopic_1(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetCommitResponse(f_throttle_time_ms, f_topics), pos
 
 
@@ -177,12 +194,19 @@ def _d_OffsetCommitResponseTopic_2(buf, pos):
     f_topic_id, = _S2.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_OffsetCommitResponsePartition_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetCommitResponseTopic('', f_topic_id, f_partitions), pos
 
 
@@ -199,12 +223,19 @@ def _e_OffsetCommitResponse_3(o, b, parts):
 def _d_OffsetCommitResponse_3(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_OffsetCommitResponseTopic_2(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetCommitResponse(f_throttle_time_ms, f_topics), pos
 
 

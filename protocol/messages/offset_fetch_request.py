@@ -47,8 +47,8 @@ class OffsetFetchRequest(Message):
         self.require_stable = require_stable
 
 
-_S0 = _Struct('>?')
-_S1 = _Struct('>i')
+_S0 = _Struct('>i')
+_S1 = _Struct('>?')
 _S2 = _Struct('>16s')
 
 
@@ -63,7 +63,11 @@ def _e_OffsetFetchRequestTopic_0(o, b, parts):
 def _d_OffsetFetchRequestTopic_0(buf, pos):
     f_name, pos = r_string(buf, pos)
     n, pos = r_len(buf, pos)
-    f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
+    if n == 1:
+        f_partition_indexes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
     return OffsetFetchRequestTopic(f_name, f_partition_indexes), pos
 
 
@@ -132,9 +136,20 @@ def _e_OffsetFetchRequestTopic_1(o, b, parts):
 
 def _d_OffsetFetchRequestTopic_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partition_indexes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequestTopic(f_name, f_partition_indexes), pos
 
 
@@ -144,12 +159,18 @@ def _e_OffsetFetchRequestTopics_1(o, b, parts):
 
 
 def _d_OffsetFetchRequestTopics_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequestTopics('', ZERO_UUID, MISSING), pos
 
 
 def _d_OffsetFetchRequestGroup_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequestGroup('', None, -1, MISSING), pos
 
 
@@ -166,7 +187,11 @@ def _e_OffsetFetchRequest_2(o, b, parts):
 
 def _d_OffsetFetchRequest_2(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topics = None
     else:
@@ -174,7 +199,10 @@ def _d_OffsetFetchRequest_2(buf, pos):
         for _ in range(n):
             x, pos = _d_OffsetFetchRequestTopic_1(buf, pos)
             f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequest(f_group_id, f_topics, MISSING, False), pos
 
 
@@ -185,14 +213,18 @@ def _e_OffsetFetchRequest_3(o, b, parts):
     if v is not None:
         for x in v:
             b = _e_OffsetFetchRequestTopic_1(x, b, parts)
-    b += _S0.pack(o.require_stable)
+    b += _S1.pack(o.require_stable)
     b.append(0)
     return b
 
 
 def _d_OffsetFetchRequest_3(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topics = None
     else:
@@ -200,28 +232,49 @@ def _d_OffsetFetchRequest_3(buf, pos):
         for _ in range(n):
             x, pos = _d_OffsetFetchRequestTopic_1(buf, pos)
             f_topics.append(x)
-    f_require_stable, = _S0.unpack_from(buf, pos)
+    f_require_stable, = _S1.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequest(f_group_id, f_topics, MISSING, f_require_stable), pos
 
 
 def _d_OffsetFetchRequestTopic_2(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequestTopic('', MISSING), pos
 
 
 def _d_OffsetFetchRequestTopics_2(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partition_indexes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequestTopics(f_name, ZERO_UUID, f_partition_indexes), pos
 
 
 def _d_OffsetFetchRequestGroup_2(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topics = None
     else:
@@ -229,7 +282,10 @@ def _d_OffsetFetchRequestGroup_2(buf, pos):
         for _ in range(n):
             x, pos = _d_OffsetFetchRequestTopics_2(buf, pos)
             f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequestGroup(f_group_id, None, -1, f_topics), pos
 
 
@@ -238,27 +294,34 @@ def _e_OffsetFetchRequest_4(o, b, parts):
     w_clen(b, v)
     for x in v:
         b = _e_OffsetFetchRequest_2(x, b, parts)
-    b += _S0.pack(o.require_stable)
+    b += _S1.pack(o.require_stable)
     b.append(0)
     return b
 
 
 def _d_OffsetFetchRequest_4(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_OffsetFetchRequestGroup_2(buf, pos)
         f_groups.append(x)
-    f_require_stable, = _S0.unpack_from(buf, pos)
+    f_require_stable, = _S1.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequest('', MISSING, f_groups, f_require_stable), pos
 
 
 def _e_OffsetFetchRequestGroup_0(o, b, parts):
     w_cstring(b, o.group_id)
     w_cnstring(b, o.member_id)
-    b += _S1.pack(o.member_epoch)
+    b += _S0.pack(o.member_epoch)
     v = o.topics
     w_cnlen(b, v)
     if v is not None:
@@ -271,9 +334,13 @@ def _e_OffsetFetchRequestGroup_0(o, b, parts):
 def _d_OffsetFetchRequestGroup_3(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
     f_member_id, pos = r_cnstring(buf, pos)
-    f_member_epoch, = _S1.unpack_from(buf, pos)
+    f_member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topics = None
     else:
@@ -281,7 +348,10 @@ def _d_OffsetFetchRequestGroup_3(buf, pos):
         for _ in range(n):
             x, pos = _d_OffsetFetchRequestTopics_2(buf, pos)
             f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequestGroup(f_group_id, f_member_id, f_member_epoch, f_topics), pos
 
 
@@ -290,20 +360,27 @@ def _e_OffsetFetchRequest_5(o, b, parts):
     w_clen(b, v)
     for x in v:
         b = _e_OffsetFetchRequestGroup_0(x, b, parts)
-    b += _S0.pack(o.require_stable)
+    b += _S1.pack(o.require_stable)
     b.append(0)
     return b
 
 
 def _d_OffsetFetchRequest_5(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_OffsetFetchRequestGroup_3(buf, pos)
         f_groups.append(x)
-    f_require_stable, = _S0.unpack_from(buf, pos)
+    f_require_stable, = _S1.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequest('', MISSING, f_groups, f_require_stable), pos
 
 
@@ -320,16 +397,27 @@ def _d_OffsetFetchRequestTopics_3(buf, pos):
     f_topic_id, = _S2.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
-    f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partition_indexes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequestTopics('', f_topic_id, f_partition_indexes), pos
 
 
 def _e_OffsetFetchRequestGroup_1(o, b, parts):
     w_cstring(b, o.group_id)
     w_cnstring(b, o.member_id)
-    b += _S1.pack(o.member_epoch)
+    b += _S0.pack(o.member_epoch)
     v = o.topics
     w_cnlen(b, v)
     if v is not None:
@@ -342,9 +430,13 @@ def _e_OffsetFetchRequestGroup_1(o, b, parts):
 def _d_OffsetFetchRequestGroup_4(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
     f_member_id, pos = r_cnstring(buf, pos)
-    f_member_epoch, = _S1.unpack_from(buf, pos)
+    f_member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_topics = None
     else:
@@ -352,7 +444,10 @@ def _d_OffsetFetchRequestGroup_4(buf, pos):
         for _ in range(n):
             x, pos = _d_OffsetFetchRequestTopics_3(buf, pos)
             f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequestGroup(f_group_id, f_member_id, f_member_epoch, f_topics), pos
 
 
@@ -361,20 +456,27 @@ def _e_OffsetFetchRequest_6(o, b, parts):
     w_clen(b, v)
     for x in v:
         b = _e_OffsetFetchRequestGroup_1(x, b, parts)
-    b += _S0.pack(o.require_stable)
+    b += _S1.pack(o.require_stable)
     b.append(0)
     return b
 
 
 def _d_OffsetFetchRequest_6(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_OffsetFetchRequestGroup_4(buf, pos)
         f_groups.append(x)
-    f_require_stable, = _S0.unpack_from(buf, pos)
+    f_require_stable, = _S1.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchRequest('', MISSING, f_groups, f_require_stable), pos
 
 

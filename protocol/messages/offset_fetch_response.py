@@ -258,7 +258,10 @@ def _d_OffsetFetchResponsePartition_2(buf, pos):
     f_metadata, pos = r_cnstring(buf, pos)
     f_error_code, = _S1.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponsePartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code), pos
 
 
@@ -274,12 +277,19 @@ def _e_OffsetFetchResponseTopic_2(o, b, parts):
 
 def _d_OffsetFetchResponseTopic_2(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_OffsetFetchResponsePartition_2(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponseTopic(f_name, f_partitions), pos
 
 
@@ -289,17 +299,26 @@ def _e_OffsetFetchResponsePartitions_1(o, b, parts):
 
 
 def _d_OffsetFetchResponsePartitions_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponsePartitions(0, 0, -1, '', 0), pos
 
 
 def _d_OffsetFetchResponseTopics_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponseTopics('', ZERO_UUID, MISSING), pos
 
 
 def _d_OffsetFetchResponseGroup_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponseGroup('', MISSING, 0), pos
 
 
@@ -317,24 +336,37 @@ def _e_OffsetFetchResponse_4(o, b, parts):
 def _d_OffsetFetchResponse_4(buf, pos):
     f_throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_OffsetFetchResponseTopic_2(buf, pos)
         f_topics.append(x)
     f_error_code, = _S1.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, MISSING), pos
 
 
 def _d_OffsetFetchResponsePartition_3(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponsePartition(0, 0, -1, '', 0), pos
 
 
 def _d_OffsetFetchResponseTopic_3(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponseTopic('', MISSING), pos
 
 
@@ -344,18 +376,28 @@ def _d_OffsetFetchResponsePartitions_2(buf, pos):
     f_metadata, pos = r_cnstring(buf, pos)
     f_error_code, = _S1.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponsePartitions(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_metadata, f_error_code), pos
 
 
 def _d_OffsetFetchResponseTopics_2(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_OffsetFetchResponsePartitions_2(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponseTopics(f_name, ZERO_UUID, f_partitions), pos
 
 
@@ -372,14 +414,21 @@ def _e_OffsetFetchResponseGroup_0(o, b, parts):
 
 def _d_OffsetFetchResponseGroup_2(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_OffsetFetchResponseTopics_2(buf, pos)
         f_topics.append(x)
     f_error_code, = _S1.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponseGroup(f_group_id, f_topics, f_error_code), pos
 
 
@@ -396,12 +445,19 @@ def _e_OffsetFetchResponse_5(o, b, parts):
 def _d_OffsetFetchResponse_5(buf, pos):
     f_throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_OffsetFetchResponseGroup_2(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponse(f_throttle_time_ms, MISSING, 0, f_groups), pos
 
 
@@ -419,12 +475,19 @@ def _d_OffsetFetchResponseTopics_3(buf, pos):
     f_topic_id, = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_OffsetFetchResponsePartitions_2(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponseTopics('', f_topic_id, f_partitions), pos
 
 
@@ -441,14 +504,21 @@ def _e_OffsetFetchResponseGroup_1(o, b, parts):
 
 def _d_OffsetFetchResponseGroup_3(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_OffsetFetchResponseTopics_3(buf, pos)
         f_topics.append(x)
     f_error_code, = _S1.unpack_from(buf, pos)
     pos += 2
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponseGroup(f_group_id, f_topics, f_error_code), pos
 
 
@@ -465,12 +535,19 @@ def _e_OffsetFetchResponse_6(o, b, parts):
 def _d_OffsetFetchResponse_6(buf, pos):
     f_throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_groups = []
     for _ in range(n):
         x, pos = _d_OffsetFetchResponseGroup_3(buf, pos)
         f_groups.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetFetchResponse(f_throttle_time_ms, MISSING, 0, f_groups), pos
 
 

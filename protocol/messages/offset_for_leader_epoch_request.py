@@ -115,7 +115,10 @@ def _e_OffsetForLeaderPartition_1(o, b, parts):
 def _d_OffsetForLeaderPartition_1(buf, pos):
     f_partition, f_current_leader_epoch, f_leader_epoch, = _S0.unpack_from(buf, pos)
     pos += 12
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetForLeaderPartition(f_partition, f_current_leader_epoch, f_leader_epoch), pos
 
 
@@ -131,12 +134,19 @@ def _e_OffsetForLeaderTopic_1(o, b, parts):
 
 def _d_OffsetForLeaderTopic_1(buf, pos):
     f_topic, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_OffsetForLeaderPartition_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetForLeaderTopic(f_topic, f_partitions), pos
 
 
@@ -153,12 +163,19 @@ def _e_OffsetForLeaderEpochRequest_2(o, b, parts):
 def _d_OffsetForLeaderEpochRequest_2(buf, pos):
     f_replica_id, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_OffsetForLeaderTopic_1(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetForLeaderEpochRequest(f_replica_id, f_topics), pos
 
 

@@ -99,7 +99,10 @@ def _e_EpochEndOffset_1(o, b, parts):
 def _d_EpochEndOffset_1(buf, pos):
     f_error_code, f_partition, f_leader_epoch, f_end_offset, = _S0.unpack_from(buf, pos)
     pos += 18
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return EpochEndOffset(f_error_code, f_partition, f_leader_epoch, f_end_offset), pos
 
 
@@ -115,12 +118,19 @@ def _e_OffsetForLeaderTopicResult_1(o, b, parts):
 
 def _d_OffsetForLeaderTopicResult_1(buf, pos):
     f_topic, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_EpochEndOffset_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetForLeaderTopicResult(f_topic, f_partitions), pos
 
 
@@ -137,12 +147,19 @@ def _e_OffsetForLeaderEpochResponse_1(o, b, parts):
 def _d_OffsetForLeaderEpochResponse_1(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_OffsetForLeaderTopicResult_1(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return OffsetForLeaderEpochResponse(f_throttle_time_ms, f_topics), pos
 
 

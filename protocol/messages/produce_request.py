@@ -107,7 +107,10 @@ def _d_PartitionProduceData_1(buf, pos):
     f_index, = _S0.unpack_from(buf, pos)
     pos += 4
     f_records, pos = r_cnrecords(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionProduceData(f_index, f_records), pos
 
 
@@ -123,12 +126,19 @@ def _e_TopicProduceData_1(o, b, parts):
 
 def _d_TopicProduceData_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partition_data = []
     for _ in range(n):
         x, pos = _d_PartitionProduceData_1(buf, pos)
         f_partition_data.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicProduceData(f_name, ZERO_UUID, f_partition_data), pos
 
 
@@ -147,12 +157,19 @@ def _d_ProduceRequest_1(buf, pos):
     f_transactional_id, pos = r_cnstring(buf, pos)
     f_acks, f_timeout_ms, = _S1.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topic_data = []
     for _ in range(n):
         x, pos = _d_TopicProduceData_1(buf, pos)
         f_topic_data.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data), pos
 
 
@@ -170,12 +187,19 @@ def _d_TopicProduceData_2(buf, pos):
     f_topic_id, = _S2.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partition_data = []
     for _ in range(n):
         x, pos = _d_PartitionProduceData_1(buf, pos)
         f_partition_data.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicProduceData('', f_topic_id, f_partition_data), pos
 
 
@@ -194,12 +218,19 @@ def _d_ProduceRequest_2(buf, pos):
     f_transactional_id, pos = r_cnstring(buf, pos)
     f_acks, f_timeout_ms, = _S1.unpack_from(buf, pos)
     pos += 6
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topic_data = []
     for _ in range(n):
         x, pos = _d_TopicProduceData_2(buf, pos)
         f_topic_data.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ProduceRequest(f_transactional_id, f_acks, f_timeout_ms, f_topic_data), pos
 
 

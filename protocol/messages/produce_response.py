@@ -276,7 +276,10 @@ def _d_BatchIndexAndErrorMessage_2(buf, pos):
     f_batch_index, = _S1.unpack_from(buf, pos)
     pos += 4
     f_batch_index_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return BatchIndexAndErrorMessage(f_batch_index, f_batch_index_error_message), pos
 
 
@@ -286,7 +289,10 @@ def _e_LeaderIdAndEpoch_0(o, b, parts):
 
 
 def _d_LeaderIdAndEpoch_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return LeaderIdAndEpoch(-1, -1), pos
 
 
@@ -304,13 +310,20 @@ def _e_PartitionProduceResponse_3(o, b, parts):
 def _d_PartitionProduceResponse_3(buf, pos):
     f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, = _S2.unpack_from(buf, pos)
     pos += 30
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_record_errors = []
     for _ in range(n):
         x, pos = _d_BatchIndexAndErrorMessage_2(buf, pos)
         f_record_errors.append(x)
     f_error_message, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionProduceResponse(f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, f_record_errors, f_error_message, MISSING), pos
 
 
@@ -326,17 +339,27 @@ def _e_TopicProduceResponse_3(o, b, parts):
 
 def _d_TopicProduceResponse_3(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partition_responses = []
     for _ in range(n):
         x, pos = _d_PartitionProduceResponse_3(buf, pos)
         f_partition_responses.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicProduceResponse(f_name, ZERO_UUID, f_partition_responses), pos
 
 
 def _d_NodeEndpoint_1(buf, pos):
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return NodeEndpoint(0, '', 0, None), pos
 
 
@@ -351,14 +374,21 @@ def _e_ProduceResponse_3(o, b, parts):
 
 
 def _d_ProduceResponse_3(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_TopicProduceResponse_3(buf, pos)
         f_responses.append(x)
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ProduceResponse(f_responses, f_throttle_time_ms, MISSING), pos
 
 
@@ -371,7 +401,10 @@ def _e_LeaderIdAndEpoch_1(o, b, parts):
 def _d_LeaderIdAndEpoch_2(buf, pos):
     f_leader_id, f_leader_epoch, = _S3.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch), pos
 
 
@@ -395,7 +428,11 @@ def _e_PartitionProduceResponse_4(o, b, parts):
 def _d_PartitionProduceResponse_4(buf, pos):
     f_index, f_error_code, f_base_offset, f_log_append_time_ms, f_log_start_offset, = _S2.unpack_from(buf, pos)
     pos += 30
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_record_errors = []
     for _ in range(n):
         x, pos = _d_BatchIndexAndErrorMessage_2(buf, pos)
@@ -427,12 +464,19 @@ def _e_TopicProduceResponse_4(o, b, parts):
 
 def _d_TopicProduceResponse_4(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partition_responses = []
     for _ in range(n):
         x, pos = _d_PartitionProduceResponse_4(buf, pos)
         f_partition_responses.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicProduceResponse(f_name, ZERO_UUID, f_partition_responses), pos
 
 
@@ -452,7 +496,10 @@ def _d_NodeEndpoint_2(buf, pos):
     f_port, = _S1.unpack_from(buf, pos)
     pos += 4
     f_rack, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return NodeEndpoint(f_node_id, f_host, f_port, f_rack), pos
 
 
@@ -476,7 +523,11 @@ def _e_ProduceResponse_4(o, b, parts):
 
 
 def _d_ProduceResponse_4(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_TopicProduceResponse_4(buf, pos)
@@ -492,7 +543,11 @@ def _d_ProduceResponse_4(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            n, pos = r_clen(buf, pos)
+            n = buf[pos] - 1
+            if 0 <= n < 127:
+                pos += 1
+            else:
+                n, pos = r_clen(buf, pos)
             f_node_endpoints = []
             for _ in range(n):
                 x, pos = _d_NodeEndpoint_2(buf, pos)
@@ -515,12 +570,19 @@ def _d_TopicProduceResponse_5(buf, pos):
     f_topic_id, = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partition_responses = []
     for _ in range(n):
         x, pos = _d_PartitionProduceResponse_4(buf, pos)
         f_partition_responses.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicProduceResponse('', f_topic_id, f_partition_responses), pos
 
 
@@ -544,7 +606,11 @@ def _e_ProduceResponse_5(o, b, parts):
 
 
 def _d_ProduceResponse_5(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_TopicProduceResponse_5(buf, pos)
@@ -560,7 +626,11 @@ def _d_ProduceResponse_5(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            n, pos = r_clen(buf, pos)
+            n = buf[pos] - 1
+            if 0 <= n < 127:
+                pos += 1
+            else:
+                n, pos = r_clen(buf, pos)
             f_node_endpoints = []
             for _ in range(n):
                 x, pos = _d_NodeEndpoint_2(buf, pos)

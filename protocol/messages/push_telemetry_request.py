@@ -36,7 +36,10 @@ def _d_PushTelemetryRequest_0(buf, pos):
     pos += 22
     f_client_instance_id = uuid_from_bytes(f_client_instance_id)
     f_metrics, pos = r_cbytes(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PushTelemetryRequest(f_client_instance_id, f_subscription_id, f_terminating, f_compression_type, f_metrics), pos
 
 

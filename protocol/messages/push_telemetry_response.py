@@ -30,7 +30,10 @@ def _e_PushTelemetryResponse_0(o, b, parts):
 def _d_PushTelemetryResponse_0(buf, pos):
     f_throttle_time_ms, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PushTelemetryResponse(f_throttle_time_ms, f_error_code), pos
 
 

@@ -47,7 +47,10 @@ def _e_PartitionData_0(o, b, parts):
 def _d_PartitionData_0(buf, pos):
     f_partition, f_leader_epoch, = _S0.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionData(f_partition, f_leader_epoch), pos
 
 
@@ -65,12 +68,19 @@ def _d_ReadStateData_0(buf, pos):
     f_topic_id, = _S1.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionData_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ReadStateData(f_topic_id, f_partitions), pos
 
 
@@ -86,12 +96,19 @@ def _e_ReadShareGroupStateRequest_0(o, b, parts):
 
 def _d_ReadShareGroupStateRequest_0(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_ReadStateData_0(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ReadShareGroupStateRequest(f_group_id, f_topics), pos
 
 

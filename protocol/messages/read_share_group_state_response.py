@@ -62,7 +62,10 @@ def _e_StateBatch_0(o, b, parts):
 def _d_StateBatch_0(buf, pos):
     f_first_offset, f_last_offset, f_delivery_state, f_delivery_count, = _S0.unpack_from(buf, pos)
     pos += 19
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return StateBatch(f_first_offset, f_last_offset, f_delivery_state, f_delivery_count), pos
 
 
@@ -84,12 +87,19 @@ def _d_PartitionResult_0(buf, pos):
     f_error_message, pos = r_cnstring(buf, pos)
     f_state_epoch, f_start_offset, = _S2.unpack_from(buf, pos)
     pos += 12
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_state_batches = []
     for _ in range(n):
         x, pos = _d_StateBatch_0(buf, pos)
         f_state_batches.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_start_offset, f_state_batches), pos
 
 
@@ -107,12 +117,19 @@ def _d_ReadStateResult_0(buf, pos):
     f_topic_id, = _S3.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionResult_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ReadStateResult(f_topic_id, f_partitions), pos
 
 
@@ -126,12 +143,19 @@ def _e_ReadShareGroupStateResponse_0(o, b, parts):
 
 
 def _d_ReadShareGroupStateResponse_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_ReadStateResult_0(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ReadShareGroupStateResponse(f_results), pos
 
 

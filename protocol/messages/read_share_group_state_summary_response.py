@@ -58,7 +58,10 @@ def _d_PartitionResult_0(buf, pos):
     f_error_message, pos = r_cnstring(buf, pos)
     f_state_epoch, f_leader_epoch, f_start_offset, = _S1.unpack_from(buf, pos)
     pos += 16
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_leader_epoch, f_start_offset, -1), pos
 
 
@@ -76,12 +79,19 @@ def _d_ReadStateSummaryResult_0(buf, pos):
     f_topic_id, = _S2.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionResult_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ReadStateSummaryResult(f_topic_id, f_partitions), pos
 
 
@@ -95,12 +105,19 @@ def _e_ReadShareGroupStateSummaryResponse_0(o, b, parts):
 
 
 def _d_ReadShareGroupStateSummaryResponse_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_ReadStateSummaryResult_0(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ReadShareGroupStateSummaryResponse(f_results), pos
 
 
@@ -118,7 +135,10 @@ def _d_PartitionResult_1(buf, pos):
     f_error_message, pos = r_cnstring(buf, pos)
     f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count, = _S3.unpack_from(buf, pos)
     pos += 20
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionResult(f_partition, f_error_code, f_error_message, f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count), pos
 
 
@@ -136,12 +156,19 @@ def _d_ReadStateSummaryResult_1(buf, pos):
     f_topic_id, = _S2.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionResult_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ReadStateSummaryResult(f_topic_id, f_partitions), pos
 
 
@@ -155,12 +182,19 @@ def _e_ReadShareGroupStateSummaryResponse_1(o, b, parts):
 
 
 def _d_ReadShareGroupStateSummaryResponse_1(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_results = []
     for _ in range(n):
         x, pos = _d_ReadStateSummaryResult_1(buf, pos)
         f_results.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ReadShareGroupStateSummaryResponse(f_results), pos
 
 

@@ -47,7 +47,10 @@ def _d_RequestHeader_1(buf, pos):
     f_request_api_key, f_request_api_version, f_correlation_id, = _S0.unpack_from(buf, pos)
     pos += 8
     f_client_id, pos = r_nstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return RequestHeader(f_request_api_key, f_request_api_version, f_correlation_id, f_client_id), pos
 
 

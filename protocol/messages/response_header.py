@@ -40,7 +40,10 @@ def _e_ResponseHeader_1(o, b, parts):
 def _d_ResponseHeader_1(buf, pos):
     f_correlation_id, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ResponseHeader(f_correlation_id), pos
 
 

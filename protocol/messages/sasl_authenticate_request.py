@@ -37,7 +37,10 @@ def _e_SaslAuthenticateRequest_1(o, b, parts):
 
 def _d_SaslAuthenticateRequest_1(buf, pos):
     f_auth_bytes, pos = r_cbytes(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return SaslAuthenticateRequest(f_auth_bytes), pos
 
 

@@ -73,7 +73,10 @@ def _d_SaslAuthenticateResponse_2(buf, pos):
     f_auth_bytes, pos = r_cbytes(buf, pos)
     f_session_lifetime_ms, = _S1.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return SaslAuthenticateResponse(f_error_code, f_error_message, f_auth_bytes, f_session_lifetime_ms), pos
 
 

@@ -47,9 +47,10 @@ class ShareAcknowledgeRequest(Message):
 
 
 _S0 = _Struct('>qq')
-_S1 = _Struct('>i')
-_S2 = _Struct('>16s')
-_S3 = _Struct('>i?')
+_S1 = _Struct('>b')
+_S2 = _Struct('>i')
+_S3 = _Struct('>16s')
+_S4 = _Struct('>i?')
 
 
 def _e_AcknowledgementBatch_0(o, b, parts):
@@ -64,14 +65,25 @@ def _e_AcknowledgementBatch_0(o, b, parts):
 def _d_AcknowledgementBatch_0(buf, pos):
     f_first_offset, f_last_offset, = _S0.unpack_from(buf, pos)
     pos += 16
-    n, pos = r_clen(buf, pos)
-    f_acknowledge_types, pos = r_int_array(buf, pos, 'b', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_acknowledge_types = [*_S1.unpack_from(buf, pos)]
+        pos += 1
+    else:
+        f_acknowledge_types, pos = r_int_array(buf, pos, 'b', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AcknowledgementBatch(f_first_offset, f_last_offset, f_acknowledge_types), pos
 
 
 def _e_AcknowledgePartition_0(o, b, parts):
-    b += _S1.pack(o.partition_index)
+    b += _S2.pack(o.partition_index)
     v = o.acknowledgement_batches
     w_clen(b, v)
     for x in v:
@@ -81,19 +93,26 @@ def _e_AcknowledgePartition_0(o, b, parts):
 
 
 def _d_AcknowledgePartition_0(buf, pos):
-    f_partition_index, = _S1.unpack_from(buf, pos)
+    f_partition_index, = _S2.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_acknowledgement_batches = []
     for _ in range(n):
         x, pos = _d_AcknowledgementBatch_0(buf, pos)
         f_acknowledgement_batches.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AcknowledgePartition(f_partition_index, f_acknowledgement_batches), pos
 
 
 def _e_AcknowledgeTopic_0(o, b, parts):
-    b += _S2.pack(o.topic_id.bytes)
+    b += _S3.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -103,22 +122,29 @@ def _e_AcknowledgeTopic_0(o, b, parts):
 
 
 def _d_AcknowledgeTopic_0(buf, pos):
-    f_topic_id, = _S2.unpack_from(buf, pos)
+    f_topic_id, = _S3.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_AcknowledgePartition_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AcknowledgeTopic(f_topic_id, f_partitions), pos
 
 
 def _e_ShareAcknowledgeRequest_0(o, b, parts):
     w_cnstring(b, o.group_id)
     w_cnstring(b, o.member_id)
-    b += _S1.pack(o.share_session_epoch)
+    b += _S2.pack(o.share_session_epoch)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -130,21 +156,28 @@ def _e_ShareAcknowledgeRequest_0(o, b, parts):
 def _d_ShareAcknowledgeRequest_0(buf, pos):
     f_group_id, pos = r_cnstring(buf, pos)
     f_member_id, pos = r_cnstring(buf, pos)
-    f_share_session_epoch, = _S1.unpack_from(buf, pos)
+    f_share_session_epoch, = _S2.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_AcknowledgeTopic_0(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareAcknowledgeRequest(f_group_id, f_member_id, f_share_session_epoch, False, f_topics), pos
 
 
 def _e_ShareAcknowledgeRequest_1(o, b, parts):
     w_cnstring(b, o.group_id)
     w_cnstring(b, o.member_id)
-    b += _S3.pack(o.share_session_epoch, o.is_renew_ack)
+    b += _S4.pack(o.share_session_epoch, o.is_renew_ack)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -156,14 +189,21 @@ def _e_ShareAcknowledgeRequest_1(o, b, parts):
 def _d_ShareAcknowledgeRequest_1(buf, pos):
     f_group_id, pos = r_cnstring(buf, pos)
     f_member_id, pos = r_cnstring(buf, pos)
-    f_share_session_epoch, f_is_renew_ack, = _S3.unpack_from(buf, pos)
+    f_share_session_epoch, f_is_renew_ack, = _S4.unpack_from(buf, pos)
     pos += 5
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_AcknowledgeTopic_0(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareAcknowledgeRequest(f_group_id, f_member_id, f_share_session_epoch, f_is_renew_ack, f_topics), pos
 
 

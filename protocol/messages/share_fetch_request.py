@@ -63,10 +63,11 @@ class ShareFetchRequest(Message):
 
 
 _S0 = _Struct('>qq')
-_S1 = _Struct('>i')
-_S2 = _Struct('>16s')
-_S3 = _Struct('>iiiiii')
-_S4 = _Struct('>iiiiiib?')
+_S1 = _Struct('>b')
+_S2 = _Struct('>i')
+_S3 = _Struct('>16s')
+_S4 = _Struct('>iiiiii')
+_S5 = _Struct('>iiiiiib?')
 
 
 def _e_AcknowledgementBatch_0(o, b, parts):
@@ -81,14 +82,25 @@ def _e_AcknowledgementBatch_0(o, b, parts):
 def _d_AcknowledgementBatch_0(buf, pos):
     f_first_offset, f_last_offset, = _S0.unpack_from(buf, pos)
     pos += 16
-    n, pos = r_clen(buf, pos)
-    f_acknowledge_types, pos = r_int_array(buf, pos, 'b', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_acknowledge_types = [*_S1.unpack_from(buf, pos)]
+        pos += 1
+    else:
+        f_acknowledge_types, pos = r_int_array(buf, pos, 'b', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AcknowledgementBatch(f_first_offset, f_last_offset, f_acknowledge_types), pos
 
 
 def _e_FetchPartition_0(o, b, parts):
-    b += _S1.pack(o.partition_index)
+    b += _S2.pack(o.partition_index)
     v = o.acknowledgement_batches
     w_clen(b, v)
     for x in v:
@@ -98,19 +110,26 @@ def _e_FetchPartition_0(o, b, parts):
 
 
 def _d_FetchPartition_0(buf, pos):
-    f_partition_index, = _S1.unpack_from(buf, pos)
+    f_partition_index, = _S2.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_acknowledgement_batches = []
     for _ in range(n):
         x, pos = _d_AcknowledgementBatch_0(buf, pos)
         f_acknowledgement_batches.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FetchPartition(f_partition_index, 0, f_acknowledgement_batches), pos
 
 
 def _e_FetchTopic_0(o, b, parts):
-    b += _S2.pack(o.topic_id.bytes)
+    b += _S3.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -120,20 +139,27 @@ def _e_FetchTopic_0(o, b, parts):
 
 
 def _d_FetchTopic_0(buf, pos):
-    f_topic_id, = _S2.unpack_from(buf, pos)
+    f_topic_id, = _S3.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_FetchPartition_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return FetchTopic(f_topic_id, f_partitions), pos
 
 
 def _e_ForgottenTopic_0(o, b, parts):
-    b += _S2.pack(o.topic_id.bytes)
+    b += _S3.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     w_int_array(b, 'i', v)
@@ -142,19 +168,30 @@ def _e_ForgottenTopic_0(o, b, parts):
 
 
 def _d_ForgottenTopic_0(buf, pos):
-    f_topic_id, = _S2.unpack_from(buf, pos)
+    f_topic_id, = _S3.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S2.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ForgottenTopic(f_topic_id, f_partitions), pos
 
 
 def _e_ShareFetchRequest_0(o, b, parts):
     w_cnstring(b, o.group_id)
     w_cnstring(b, o.member_id)
-    b += _S3.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size)
+    b += _S4.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -170,26 +207,37 @@ def _e_ShareFetchRequest_0(o, b, parts):
 def _d_ShareFetchRequest_0(buf, pos):
     f_group_id, pos = r_cnstring(buf, pos)
     f_member_id, pos = r_cnstring(buf, pos)
-    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, = _S3.unpack_from(buf, pos)
+    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, = _S4.unpack_from(buf, pos)
     pos += 24
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_FetchTopic_0(buf, pos)
         f_topics.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_forgotten_topics_data = []
     for _ in range(n):
         x, pos = _d_ForgottenTopic_0(buf, pos)
         f_forgotten_topics_data.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, 0, False, f_topics, f_forgotten_topics_data), pos
 
 
 def _e_ShareFetchRequest_1(o, b, parts):
     w_cnstring(b, o.group_id)
     w_cnstring(b, o.member_id)
-    b += _S4.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size, o.share_acquire_mode, o.is_renew_ack)
+    b += _S5.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size, o.share_acquire_mode, o.is_renew_ack)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -205,19 +253,30 @@ def _e_ShareFetchRequest_1(o, b, parts):
 def _d_ShareFetchRequest_1(buf, pos):
     f_group_id, pos = r_cnstring(buf, pos)
     f_member_id, pos = r_cnstring(buf, pos)
-    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, f_is_renew_ack, = _S4.unpack_from(buf, pos)
+    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, f_is_renew_ack, = _S5.unpack_from(buf, pos)
     pos += 26
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_FetchTopic_0(buf, pos)
         f_topics.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_forgotten_topics_data = []
     for _ in range(n):
         x, pos = _d_ForgottenTopic_0(buf, pos)
         f_forgotten_topics_data.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareFetchRequest(f_group_id, f_member_id, f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, f_is_renew_ack, f_topics, f_forgotten_topics_data), pos
 
 

@@ -88,7 +88,10 @@ def _e_LeaderIdAndEpoch_0(o, b, parts):
 def _d_LeaderIdAndEpoch_0(buf, pos):
     f_leader_id, f_leader_epoch, = _S0.unpack_from(buf, pos)
     pos += 8
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch), pos
 
 
@@ -101,7 +104,10 @@ def _e_AcquiredRecords_0(o, b, parts):
 def _d_AcquiredRecords_0(buf, pos):
     f_first_offset, f_last_offset, f_delivery_count, = _S1.unpack_from(buf, pos)
     pos += 18
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return AcquiredRecords(f_first_offset, f_last_offset, f_delivery_count), pos
 
 
@@ -129,12 +135,19 @@ def _d_PartitionData_0(buf, pos):
     f_acknowledge_error_message, pos = r_cnstring(buf, pos)
     f_current_leader, pos = _d_LeaderIdAndEpoch_0(buf, pos)
     f_records, pos = r_crecords(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_acquired_records = []
     for _ in range(n):
         x, pos = _d_AcquiredRecords_0(buf, pos)
         f_acquired_records.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionData(f_partition_index, f_error_code, f_error_message, f_acknowledge_error_code, f_acknowledge_error_message, f_current_leader, f_records, f_acquired_records), pos
 
 
@@ -152,12 +165,19 @@ def _d_ShareFetchableTopicResponse_0(buf, pos):
     f_topic_id, = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionData_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareFetchableTopicResponse(f_topic_id, f_partitions), pos
 
 
@@ -177,7 +197,10 @@ def _d_NodeEndpoint_0(buf, pos):
     f_port, = _S5.unpack_from(buf, pos)
     pos += 4
     f_rack, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return NodeEndpoint(f_node_id, f_host, f_port, f_rack), pos
 
 
@@ -203,17 +226,28 @@ def _d_ShareFetchResponse_0(buf, pos):
     f_error_message, pos = r_cnstring(buf, pos)
     f_acquisition_lock_timeout_ms, = _S5.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_responses = []
     for _ in range(n):
         x, pos = _d_ShareFetchableTopicResponse_0(buf, pos)
         f_responses.append(x)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_node_endpoints = []
     for _ in range(n):
         x, pos = _d_NodeEndpoint_0(buf, pos)
         f_node_endpoints.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareFetchResponse(f_throttle_time_ms, f_error_code, f_error_message, f_acquisition_lock_timeout_ms, f_responses, f_node_endpoints), pos
 
 

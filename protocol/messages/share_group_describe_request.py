@@ -32,14 +32,21 @@ def _e_ShareGroupDescribeRequest_0(o, b, parts):
 
 
 def _d_ShareGroupDescribeRequest_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_group_ids = []
     for _ in range(n):
         x, pos = r_cstring(buf, pos)
         f_group_ids.append(x)
     f_include_authorized_operations, = _S0.unpack_from(buf, pos)
     pos += 1
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareGroupDescribeRequest(f_group_ids, f_include_authorized_operations), pos
 
 

@@ -44,7 +44,11 @@ def _d_ShareGroupHeartbeatRequest_0(buf, pos):
     f_member_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
     f_rack_id, pos = r_cnstring(buf, pos)
-    n, pos = r_cnlen(buf, pos)
+    n = buf[pos] - 1
+    if -1 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_cnlen(buf, pos)
     if n < 0:
         f_subscribed_topic_names = None
     else:
@@ -52,7 +56,10 @@ def _d_ShareGroupHeartbeatRequest_0(buf, pos):
         for _ in range(n):
             x, pos = r_cstring(buf, pos)
             f_subscribed_topic_names.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareGroupHeartbeatRequest(f_group_id, f_member_id, f_member_epoch, f_rack_id, f_subscribed_topic_names), pos
 
 

@@ -39,8 +39,9 @@ class ShareGroupHeartbeatResponse(Message):
 
 
 _S0 = _Struct('>16s')
-_S1 = _Struct('>ih')
-_S2 = _Struct('>ii')
+_S1 = _Struct('>i')
+_S2 = _Struct('>ih')
+_S3 = _Struct('>ii')
 
 
 def _e_TopicPartitions_0(o, b, parts):
@@ -56,9 +57,20 @@ def _d_TopicPartitions_0(buf, pos):
     f_topic_id, = _S0.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
-    f_partitions, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partitions = [*_S1.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partitions, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TopicPartitions(f_topic_id, f_partitions), pos
 
 
@@ -72,20 +84,27 @@ def _e_Assignment_0(o, b, parts):
 
 
 def _d_Assignment_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topic_partitions = []
     for _ in range(n):
         x, pos = _d_TopicPartitions_0(buf, pos)
         f_topic_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return Assignment(f_topic_partitions), pos
 
 
 def _e_ShareGroupHeartbeatResponse_0(o, b, parts):
-    b += _S1.pack(o.throttle_time_ms, o.error_code)
+    b += _S2.pack(o.throttle_time_ms, o.error_code)
     w_cnstring(b, o.error_message)
     w_cnstring(b, o.member_id)
-    b += _S2.pack(o.member_epoch, o.heartbeat_interval_ms)
+    b += _S3.pack(o.member_epoch, o.heartbeat_interval_ms)
     if o.assignment is None:
         b.append(255)
     else:
@@ -96,18 +115,21 @@ def _e_ShareGroupHeartbeatResponse_0(o, b, parts):
 
 
 def _d_ShareGroupHeartbeatResponse_0(buf, pos):
-    f_throttle_time_ms, f_error_code, = _S1.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, = _S2.unpack_from(buf, pos)
     pos += 6
     f_error_message, pos = r_cnstring(buf, pos)
     f_member_id, pos = r_cnstring(buf, pos)
-    f_member_epoch, f_heartbeat_interval_ms, = _S2.unpack_from(buf, pos)
+    f_member_epoch, f_heartbeat_interval_ms, = _S3.unpack_from(buf, pos)
     pos += 8
     if buf[pos] == 255:
         f_assignment = None
         pos += 1
     else:
         f_assignment, pos = _d_Assignment_0(buf, pos + 1)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return ShareGroupHeartbeatResponse(f_throttle_time_ms, f_error_code, f_error_message, f_member_id, f_member_epoch, f_heartbeat_interval_ms, f_assignment), pos
 
 

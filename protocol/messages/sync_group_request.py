@@ -106,7 +106,10 @@ def _e_SyncGroupRequestAssignment_1(o, b, parts):
 def _d_SyncGroupRequestAssignment_1(buf, pos):
     f_member_id, pos = r_cstring(buf, pos)
     f_assignment, pos = r_cbytes(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return SyncGroupRequestAssignment(f_member_id, f_assignment), pos
 
 
@@ -129,12 +132,19 @@ def _d_SyncGroupRequest_2(buf, pos):
     pos += 4
     f_member_id, pos = r_cstring(buf, pos)
     f_group_instance_id, pos = r_cnstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_assignments = []
     for _ in range(n):
         x, pos = _d_SyncGroupRequestAssignment_1(buf, pos)
         f_assignments.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, None, None, f_assignments), pos
 
 
@@ -161,12 +171,19 @@ def _d_SyncGroupRequest_3(buf, pos):
     f_group_instance_id, pos = r_cnstring(buf, pos)
     f_protocol_type, pos = r_cnstring(buf, pos)
     f_protocol_name, pos = r_cnstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_assignments = []
     for _ in range(n):
         x, pos = _d_SyncGroupRequestAssignment_1(buf, pos)
         f_assignments.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return SyncGroupRequest(f_group_id, f_generation_id, f_member_id, f_group_instance_id, f_protocol_type, f_protocol_name, f_assignments), pos
 
 

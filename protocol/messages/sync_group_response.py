@@ -62,7 +62,10 @@ def _d_SyncGroupResponse_2(buf, pos):
     f_throttle_time_ms, f_error_code, = _S1.unpack_from(buf, pos)
     pos += 6
     f_assignment, pos = r_cbytes(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return SyncGroupResponse(f_throttle_time_ms, f_error_code, None, None, f_assignment), pos
 
 
@@ -81,7 +84,10 @@ def _d_SyncGroupResponse_3(buf, pos):
     f_protocol_type, pos = r_cnstring(buf, pos)
     f_protocol_name, pos = r_cnstring(buf, pos)
     f_assignment, pos = r_cbytes(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return SyncGroupResponse(f_throttle_time_ms, f_error_code, f_protocol_type, f_protocol_name, f_assignment), pos
 
 

@@ -173,7 +173,10 @@ def _d_TxnOffsetCommitRequestPartition_2(buf, pos):
     f_partition_index, f_committed_offset, f_committed_leader_epoch, = _S2.unpack_from(buf, pos)
     pos += 16
     f_committed_metadata, pos = r_cnstring(buf, pos)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TxnOffsetCommitRequestPartition(f_partition_index, f_committed_offset, f_committed_leader_epoch, f_committed_metadata), pos
 
 
@@ -189,12 +192,19 @@ def _e_TxnOffsetCommitRequestTopic_2(o, b, parts):
 
 def _d_TxnOffsetCommitRequestTopic_2(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_TxnOffsetCommitRequestPartition_2(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TxnOffsetCommitRequestTopic(f_name, ZERO_UUID, f_partitions), pos
 
 
@@ -219,12 +229,19 @@ def _d_TxnOffsetCommitRequest_2(buf, pos):
     pos += 14
     f_member_id, pos = r_cstring(buf, pos)
     f_group_instance_id, pos = r_cnstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_TxnOffsetCommitRequestTopic_2(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, f_topics), pos
 
 
@@ -242,12 +259,19 @@ def _d_TxnOffsetCommitRequestTopic_3(buf, pos):
     f_topic_id, = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_TxnOffsetCommitRequestPartition_2(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TxnOffsetCommitRequestTopic('', f_topic_id, f_partitions), pos
 
 
@@ -272,12 +296,19 @@ def _d_TxnOffsetCommitRequest_3(buf, pos):
     pos += 14
     f_member_id, pos = r_cstring(buf, pos)
     f_group_instance_id, pos = r_cnstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_TxnOffsetCommitRequestTopic_3(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TxnOffsetCommitRequest(f_transactional_id, f_group_id, f_producer_id, f_producer_epoch, f_generation_id_or_member_epoch, f_member_id, f_group_instance_id, f_topics), pos
 
 

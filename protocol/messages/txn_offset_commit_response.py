@@ -99,7 +99,10 @@ def _e_TxnOffsetCommitResponsePartition_1(o, b, parts):
 def _d_TxnOffsetCommitResponsePartition_1(buf, pos):
     f_partition_index, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TxnOffsetCommitResponsePartition(f_partition_index, f_error_code), pos
 
 
@@ -115,12 +118,19 @@ def _e_TxnOffsetCommitResponseTopic_1(o, b, parts):
 
 def _d_TxnOffsetCommitResponseTopic_1(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_TxnOffsetCommitResponsePartition_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TxnOffsetCommitResponseTopic(f_name, ZERO_UUID, f_partitions), pos
 
 
@@ -137,12 +147,19 @@ def _e_TxnOffsetCommitResponse_1(o, b, parts):
 def _d_TxnOffsetCommitResponse_1(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_TxnOffsetCommitResponseTopic_1(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TxnOffsetCommitResponse(f_throttle_time_ms, f_topics), pos
 
 
@@ -160,12 +177,19 @@ def _d_TxnOffsetCommitResponseTopic_2(buf, pos):
     f_topic_id, = _S2.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_TxnOffsetCommitResponsePartition_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TxnOffsetCommitResponseTopic('', f_topic_id, f_partitions), pos
 
 
@@ -182,12 +206,19 @@ def _e_TxnOffsetCommitResponse_2(o, b, parts):
 def _d_TxnOffsetCommitResponse_2(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_TxnOffsetCommitResponseTopic_2(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return TxnOffsetCommitResponse(f_throttle_time_ms, f_topics), pos
 
 

@@ -63,7 +63,10 @@ def _e_StateBatch_0(o, b, parts):
 def _d_StateBatch_0(buf, pos):
     f_first_offset, f_last_offset, f_delivery_state, f_delivery_count, = _S0.unpack_from(buf, pos)
     pos += 19
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return StateBatch(f_first_offset, f_last_offset, f_delivery_state, f_delivery_count), pos
 
 
@@ -80,12 +83,19 @@ def _e_PartitionData_0(o, b, parts):
 def _d_PartitionData_0(buf, pos):
     f_partition, f_state_epoch, f_leader_epoch, f_start_offset, = _S1.unpack_from(buf, pos)
     pos += 20
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_state_batches = []
     for _ in range(n):
         x, pos = _d_StateBatch_0(buf, pos)
         f_state_batches.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionData(f_partition, f_state_epoch, f_leader_epoch, f_start_offset, -1, f_state_batches), pos
 
 
@@ -103,12 +113,19 @@ def _d_WriteStateData_0(buf, pos):
     f_topic_id, = _S2.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionData_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WriteStateData(f_topic_id, f_partitions), pos
 
 
@@ -124,12 +141,19 @@ def _e_WriteShareGroupStateRequest_0(o, b, parts):
 
 def _d_WriteShareGroupStateRequest_0(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_WriteStateData_0(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WriteShareGroupStateRequest(f_group_id, f_topics), pos
 
 
@@ -146,12 +170,19 @@ def _e_PartitionData_1(o, b, parts):
 def _d_PartitionData_1(buf, pos):
     f_partition, f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count, = _S3.unpack_from(buf, pos)
     pos += 24
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_state_batches = []
     for _ in range(n):
         x, pos = _d_StateBatch_0(buf, pos)
         f_state_batches.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return PartitionData(f_partition, f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count, f_state_batches), pos
 
 
@@ -169,12 +200,19 @@ def _d_WriteStateData_1(buf, pos):
     f_topic_id, = _S2.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_PartitionData_1(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WriteStateData(f_topic_id, f_partitions), pos
 
 
@@ -190,12 +228,19 @@ def _e_WriteShareGroupStateRequest_1(o, b, parts):
 
 def _d_WriteShareGroupStateRequest_1(buf, pos):
     f_group_id, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_WriteStateData_1(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WriteShareGroupStateRequest(f_group_id, f_topics), pos
 
 

@@ -37,8 +37,8 @@ class WriteTxnMarkersRequest(Message):
         self.markers = [] if markers is MISSING else markers
 
 
-_S0 = _Struct('>qh?')
-_S1 = _Struct('>i')
+_S0 = _Struct('>i')
+_S1 = _Struct('>qh?')
 _S2 = _Struct('>ib')
 
 
@@ -53,34 +53,52 @@ def _e_WritableTxnMarkerTopic_0(o, b, parts):
 
 def _d_WritableTxnMarkerTopic_0(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
-    f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
-    pos = skip_tags(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
+    if n == 1:
+        f_partition_indexes = [*_S0.unpack_from(buf, pos)]
+        pos += 4
+    else:
+        f_partition_indexes, pos = r_int_array(buf, pos, 'i', n)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WritableTxnMarkerTopic(f_name, f_partition_indexes), pos
 
 
 def _e_WritableTxnMarker_0(o, b, parts):
-    b += _S0.pack(o.producer_id, o.producer_epoch, o.transaction_result)
+    b += _S1.pack(o.producer_id, o.producer_epoch, o.transaction_result)
     v = o.topics
     w_clen(b, v)
     for x in v:
         b = _e_WritableTxnMarkerTopic_0(x, b, parts)
-    b += _S1.pack(o.coordinator_epoch)
+    b += _S0.pack(o.coordinator_epoch)
     b.append(0)
     return b
 
 
 def _d_WritableTxnMarker_0(buf, pos):
-    f_producer_id, f_producer_epoch, f_transaction_result, = _S0.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch, f_transaction_result, = _S1.unpack_from(buf, pos)
     pos += 11
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_WritableTxnMarkerTopic_0(buf, pos)
         f_topics.append(x)
-    f_coordinator_epoch, = _S1.unpack_from(buf, pos)
+    f_coordinator_epoch, = _S0.unpack_from(buf, pos)
     pos += 4
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch, 0), pos
 
 
@@ -94,17 +112,24 @@ def _e_WriteTxnMarkersRequest_0(o, b, parts):
 
 
 def _d_WriteTxnMarkersRequest_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_markers = []
     for _ in range(n):
         x, pos = _d_WritableTxnMarker_0(buf, pos)
         f_markers.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WriteTxnMarkersRequest(f_markers), pos
 
 
 def _e_WritableTxnMarker_1(o, b, parts):
-    b += _S0.pack(o.producer_id, o.producer_epoch, o.transaction_result)
+    b += _S1.pack(o.producer_id, o.producer_epoch, o.transaction_result)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -115,16 +140,23 @@ def _e_WritableTxnMarker_1(o, b, parts):
 
 
 def _d_WritableTxnMarker_1(buf, pos):
-    f_producer_id, f_producer_epoch, f_transaction_result, = _S0.unpack_from(buf, pos)
+    f_producer_id, f_producer_epoch, f_transaction_result, = _S1.unpack_from(buf, pos)
     pos += 11
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_WritableTxnMarkerTopic_0(buf, pos)
         f_topics.append(x)
     f_coordinator_epoch, f_transaction_version, = _S2.unpack_from(buf, pos)
     pos += 5
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WritableTxnMarker(f_producer_id, f_producer_epoch, f_transaction_result, f_topics, f_coordinator_epoch, f_transaction_version), pos
 
 
@@ -138,12 +170,19 @@ def _e_WriteTxnMarkersRequest_1(o, b, parts):
 
 
 def _d_WriteTxnMarkersRequest_1(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_markers = []
     for _ in range(n):
         x, pos = _d_WritableTxnMarker_1(buf, pos)
         f_markers.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WriteTxnMarkersRequest(f_markers), pos
 
 

@@ -54,7 +54,10 @@ def _e_WritableTxnMarkerPartitionResult_0(o, b, parts):
 def _d_WritableTxnMarkerPartitionResult_0(buf, pos):
     f_partition_index, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WritableTxnMarkerPartitionResult(f_partition_index, f_error_code), pos
 
 
@@ -70,12 +73,19 @@ def _e_WritableTxnMarkerTopicResult_0(o, b, parts):
 
 def _d_WritableTxnMarkerTopicResult_0(buf, pos):
     f_name, pos = r_cstring(buf, pos)
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_partitions = []
     for _ in range(n):
         x, pos = _d_WritableTxnMarkerPartitionResult_0(buf, pos)
         f_partitions.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WritableTxnMarkerTopicResult(f_name, f_partitions), pos
 
 
@@ -92,12 +102,19 @@ def _e_WritableTxnMarkerResult_0(o, b, parts):
 def _d_WritableTxnMarkerResult_0(buf, pos):
     f_producer_id, = _S1.unpack_from(buf, pos)
     pos += 8
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_topics = []
     for _ in range(n):
         x, pos = _d_WritableTxnMarkerTopicResult_0(buf, pos)
         f_topics.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WritableTxnMarkerResult(f_producer_id, f_topics), pos
 
 
@@ -111,12 +128,19 @@ def _e_WriteTxnMarkersResponse_0(o, b, parts):
 
 
 def _d_WriteTxnMarkersResponse_0(buf, pos):
-    n, pos = r_clen(buf, pos)
+    n = buf[pos] - 1
+    if 0 <= n < 127:
+        pos += 1
+    else:
+        n, pos = r_clen(buf, pos)
     f_markers = []
     for _ in range(n):
         x, pos = _d_WritableTxnMarkerResult_0(buf, pos)
         f_markers.append(x)
-    pos = skip_tags(buf, pos)
+    if buf[pos]:
+        pos = skip_tags(buf, pos)
+    else:
+        pos += 1
     return WriteTxnMarkersResponse(f_markers), pos
 
 

@@ -771,3 +771,25 @@ def test_runs_acked_inside_a_split_range_are_written_and_undone_run_by_run():
     assert redelivered.ranges == [(0, 0, 2), (10, 10, 2), (20, 20, 2)]
     ack(sp, "m", (0, 0, [ACCEPT]), (10, 10, [ACCEPT]), (20, 20, [ACCEPT]))
     assert sp.start_offset == 30 and sp.delivery_complete_count == 0
+
+
+def test_one_offset_acks_of_a_split_range():
+    """Redeliveries come back acked one offset at a time: a release at the delivery limit is
+    archived, a reject is archived, and one offset the member does not hold (or that is in a
+    pending write) fails the whole request with nothing changed."""
+    sp, _ = make(max_delivery_count=2)
+    acquire(sp, "m", [(0, 9)])
+    ack(sp, "m", *[(o, o, [RELEASE]) if o % 3 == 0 else (o, o, [ACCEPT]) for o in range(10)])
+    assert acquire(sp, "m", [(0, 9)]).ranges == [(0, 0, 2), (3, 3, 2), (6, 6, 2), (9, 9, 2)]
+    before = [rec(sp, o) for o in range(10)]
+    for bad in ([(0, 0, [ACCEPT]), (1, 1, [ACCEPT])], [(3, 3, [ACCEPT]), (6, 6, [ACCEPT])]):
+        if bad[0][0] == 3:
+            pending = sp.acknowledge("m", [(6, 6, [ACCEPT])])
+        t = sp.acknowledge("m", bad)
+        assert t.error_code == INVALID_RECORD_STATE and not t.state_batches
+        assert [rec(sp, o) for o in range(10) if o != 6] == [b for o, b in enumerate(before) if o != 6]
+    sp.rollback(pending)
+    t = sp.acknowledge("m", [(0, 0, [RELEASE]), (3, 3, [REJECT]), (6, 6, [ACCEPT]), (9, 9, [RELEASE])])
+    assert t.state_batches == [(0, 0, ARCHIVED, 2), (3, 3, ARCHIVED, 2), (6, 6, ACKNOWLEDGED, 2), (9, 9, ARCHIVED, 2)]
+    sp.commit(t)
+    assert sp.start_offset == 10 and sp.acquired_count == 0

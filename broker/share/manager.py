@@ -306,7 +306,9 @@ class SharePartitionManager:
     async def acknowledge(
         self, group_id: str, member_id: str, acks: dict[tuple[UUID, int], list]
     ) -> dict[tuple[UUID, int], tuple[int, str | None]]:
-        """Apply each partition's batches atomically; answers after the state is persisted."""
+        """Apply each partition's batches atomically; answers after the state is persisted.
+
+        ``acks`` come from ``split_acks``: lists whose shape is already checked."""
         results: dict[tuple[UUID, int], tuple[int, str | None]] = {}
         pending = []
         topics: list[tuple[str, int]] = []  # (topic, error code) per partition, for metrics
@@ -319,7 +321,7 @@ class SharePartitionManager:
                 if topic is not None:
                     topics.append((topic.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
-            t = leader.sp.acknowledge(member_id, batches)
+            t = leader.sp.acknowledge(member_id, batches, shape_checked=True)  # split_acks did
             if t.error_code:
                 results[(topic_id, p)] = (t.error_code, None)
                 topics.append((leader.topic, t.error_code))

@@ -660,18 +660,20 @@ class SharePartition:
     # ---------------------------------------------------------- acknowledge
 
     def acknowledge(
-        self, member_id: str, batches: Iterable[tuple[int, int, Sequence[int]]]
+        self, member_id: str, batches: Iterable[tuple[int, int, Sequence[int]]], *, shape_checked: bool = False,
     ) -> Transition:
         """Start acknowledging ``(first, last, types)`` batches for ``member_id``.
 
         All-or-nothing per partition: on INVALID_RECORD_STATE (record not acquired by this
         member, or in a pending transition) or INVALID_REQUEST (offsets past the cached
         records, bad shape) nothing changes and the returned Transition carries the code.
-        RENEW restarts locks at once and is never persisted.
+        RENEW restarts locks at once and is never persisted. ``shape_checked``: the caller
+        already applied ``validate_ack_batches`` to this list (the request handlers do).
         """
-        batches = list(batches)
+        if not shape_checked:
+            batches = list(batches)
         t = self._new_transition(ACKNOWLEDGE)
-        if validate_ack_batches(batches, 2, True) is not None:
+        if not shape_checked and validate_ack_batches(batches, 2, True) is not None:
             t.error_code = INVALID_REQUEST
             return self._seal(t, [])
         plan, error = self._plan_ack(member_id, batches)
@@ -682,9 +684,30 @@ class SharePartition:
         spso = self._spso
         sb: list[StateBatch] = []
         deadline = self._deadline() if any(RENEW in types for _, _, types in batches) else 0.0
+        undo = t._undo
+        tid = t.id
+        max_delivery = self._max_delivery
         for e, lo, hi, first, types in plan:
             if len(types) == 1:
                 uniform = types[0]
+                if lo == hi and uniform != RENEW and e.states is not None:
+                    # One offset of a split entry (librdkafka acks redeliveries one by one):
+                    # _begin_run inline. _plan_ack checked it is ACQUIRED by member_id.
+                    i = lo - e.first
+                    count = e.counts[i]
+                    target = ACK_TYPE_TO_STATE[uniform]
+                    below = lo < spso
+                    if target == AVAILABLE and (count >= max_delivery or below):
+                        target = ARCHIVED
+                    undo.append((e.first, i, i + 1, ACQUIRED, count, member_id))
+                    self._acquired -= 1
+                    e.states[i] = target
+                    e.members[i] = None
+                    e.pendings[i] = tid
+                    if target >= ACKNOWLEDGED and not below:
+                        self._dcc += 1
+                    sb.append((lo, lo, target, count))
+                    continue
             else:
                 sub = types[lo - first:hi - first + 1]
                 uniform = sub[0] if sub.count(sub[0]) == len(sub) else -1
@@ -732,7 +755,11 @@ class SharePartition:
             if prev is not None and prev.first <= p and last <= prev.last:
                 if p <= claimed_hi:
                     return [], INVALID_RECORD_STATE  # acked twice in one request
-                if not self._held_by(prev, p, last, member_id):
+                if p == last and prev.states is not None:  # _held_by for one offset, inline
+                    a = p - prev.first
+                    if prev.states[a] != ACQUIRED or prev.pendings[a] or prev.members[a] != member_id:
+                        return [], INVALID_RECORD_STATE
+                elif not self._held_by(prev, p, last, member_id):
                     return [], INVALID_RECORD_STATE
                 plan.append((prev, p, last, first, types))
                 if (types[0] if len(types) == 1 else types[last - first]) != RENEW:
@@ -887,6 +914,12 @@ class SharePartition:
         t._open = False
         self._open.pop(t.id, None)
         for e, i, j, _, _, _ in self._holders(t):
+            if j - i == 1:  # one offset of a split entry
+                self._unref(e.locks[i])
+                e.pendings[i] = e.locks[i] = 0
+                if e.states[i] == AVAILABLE:
+                    self._find_next = True
+                continue
             if i < 0:
                 e.pending = 0
                 self._unref(e.lock)

@@ -1,11 +1,14 @@
 """The default persister: the share coordinator's RPCs as in-process calls.
 
-It builds exactly the request messages a network persister would send, and hands them to the
-share coordinator service in this process, so both paths exercise the same coordinator code.
+It builds the request messages a network persister would send, and hands them to the share
+coordinator service in this process, so both paths exercise the same coordinator code. One
+shortcut: a write's state batches are the shard's own StateBatch tuples (same fields), which
+the shard takes without converting them again.
 """
 
 from __future__ import annotations
 
+from functools import partial
 from uuid import UUID
 
 from protocol.messages import (
@@ -15,10 +18,11 @@ from protocol.messages import (
     read_share_group_state_summary_request as summary_req,
     write_share_group_state_request as write_req,
 )
+from coordinator.share.combiner import StateBatch as ShardStateBatch
 
 from .api import ReadResult, StateBatch, SummaryResult, TopicPartition
 
-_StateBatch = write_req.StateBatch
+_shard_batch = partial(tuple.__new__, ShardStateBatch)
 
 
 def _by_topic(partitions: list[TopicPartition]) -> dict[UUID, list[int]]:
@@ -62,7 +66,8 @@ class InProcessPersister:
             partitions=[write_req.PartitionData(
                 partition=partition, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
                 delivery_complete_count=delivery_complete_count,
-                state_batches=[_StateBatch(*b) for b in batches],  # (first, last, state, count)
+                # The shard's own StateBatch tuples, which it takes as they are (no copy per batch).
+                state_batches=tuple(map(_shard_batch, batches)),
             )],
         )])
         r = _single(await self.service.write_state(req, 1))

@@ -9,6 +9,7 @@ look for state in the wrong partition.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from uuid import UUID
 
 from protocol.uuids import uuid_from_str, uuid_to_str
@@ -45,9 +46,12 @@ def java_string_hash(text: str) -> int:
     return h - (1 << 32) if h >= (1 << 31) else h
 
 
+@lru_cache(maxsize=1 << 16)
 def partition_for(group_id: str, topic_id: UUID, partition: int,
                   num_partitions: int = STATE_TOPIC_NUM_PARTITIONS_DEFAULT) -> int:
-    """The ``__share_group_state`` partition for this share-partition (Kafka's ``partitionFor``)."""
+    """The ``__share_group_state`` partition for this share-partition (Kafka's ``partitionFor``).
+
+    Cached: every state write asks again, and the Java string hash costs ~17 us in Python."""
     return partition_for_key(key_string(group_id, topic_id, partition), num_partitions)
 
 

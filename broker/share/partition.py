@@ -914,12 +914,6 @@ class SharePartition:
         t._open = False
         self._open.pop(t.id, None)
         for e, i, j, _, _, _ in self._holders(t):
-            if j - i == 1:  # one offset of a split entry
-                self._unref(e.locks[i])
-                e.pendings[i] = e.locks[i] = 0
-                if e.states[i] == AVAILABLE:
-                    self._find_next = True
-                continue
             if i < 0:
                 e.pending = 0
                 self._unref(e.lock)

@@ -308,12 +308,9 @@ def r_len(buf, pos: int):
 
 
 def r_cnlen(buf, pos: int):
-    if pos < len(buf) and buf[pos] < 0x80:  # the usual one-byte length
-        n = buf[pos] - 1
-        pos += 1
-    else:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
+    # Generated decoders read the usual one-byte length themselves and come here for the rest.
+    n, pos = read_uvarint(buf, pos)
+    n -= 1
     _check_count(buf, pos, n)
     return n, pos
 
@@ -362,9 +359,8 @@ def w_tags(b: bytearray, tags: list) -> None:
 
 
 def skip_tags(buf, pos: int) -> int:
-    """Skip a tagged-field section whose tags this version does not know."""
-    if pos < len(buf) and buf[pos] == 0:  # the usual empty section
-        return pos + 1
+    """Skip a tagged-field section whose tags this version does not know (generated
+    decoders step over an empty one themselves)."""
     n, pos = read_uvarint(buf, pos)
     for _ in range(n):
         _, pos = read_uvarint(buf, pos)

@@ -684,30 +684,9 @@ class SharePartition:
         spso = self._spso
         sb: list[StateBatch] = []
         deadline = self._deadline() if any(RENEW in types for _, _, types in batches) else 0.0
-        undo = t._undo
-        tid = t.id
-        max_delivery = self._max_delivery
         for e, lo, hi, first, types in plan:
             if len(types) == 1:
                 uniform = types[0]
-                if lo == hi and uniform != RENEW and e.states is not None:
-                    # One offset of a split entry (librdkafka acks redeliveries one by one):
-                    # _begin_run inline. _plan_ack checked it is ACQUIRED by member_id.
-                    i = lo - e.first
-                    count = e.counts[i]
-                    target = ACK_TYPE_TO_STATE[uniform]
-                    below = lo < spso
-                    if target == AVAILABLE and (count >= max_delivery or below):
-                        target = ARCHIVED
-                    undo.append((e.first, i, i + 1, ACQUIRED, count, member_id))
-                    self._acquired -= 1
-                    e.states[i] = target
-                    e.members[i] = None
-                    e.pendings[i] = tid
-                    if target >= ACKNOWLEDGED and not below:
-                        self._dcc += 1
-                    sb.append((lo, lo, target, count))
-                    continue
             else:
                 sub = types[lo - first:hi - first + 1]
                 uniform = sub[0] if sub.count(sub[0]) == len(sub) else -1
@@ -755,11 +734,7 @@ class SharePartition:
             if prev is not None and prev.first <= p and last <= prev.last:
                 if p <= claimed_hi:
                     return [], INVALID_RECORD_STATE  # acked twice in one request
-                if p == last and prev.states is not None:  # _held_by for one offset, inline
-                    a = p - prev.first
-                    if prev.states[a] != ACQUIRED or prev.pendings[a] or prev.members[a] != member_id:
-                        return [], INVALID_RECORD_STATE
-                elif not self._held_by(prev, p, last, member_id):
+                if not self._held_by(prev, p, last, member_id):
                     return [], INVALID_RECORD_STATE
                 plan.append((prev, p, last, first, types))
                 if (types[0] if len(types) == 1 else types[last - first]) != RENEW:

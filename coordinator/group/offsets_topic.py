@@ -15,6 +15,7 @@ restart replays all of it. (Retention does not apply: ``delete`` is not in the p
 from __future__ import annotations
 
 import time
+from functools import lru_cache
 from typing import TYPE_CHECKING, Callable
 
 from broker.log.config import LogConfig
@@ -43,8 +44,11 @@ def topic_configs(segment_bytes: int) -> dict[str, str]:
     return {"cleanup.policy": "compact", "compression.type": "producer", "segment.bytes": str(segment_bytes)}
 
 
+@lru_cache(maxsize=1 << 12)
 def partition_for(group_id: str, num_partitions: int) -> int:
-    """The ``__consumer_offsets`` partition of a group (Kafka's ``partitionFor``)."""
+    """The ``__consumer_offsets`` partition of a group (Kafka's ``partitionFor``).
+
+    Cached: every share fetch and acknowledgement looks up its group's settings through it."""
     return partition_for_key(group_id, num_partitions)
 
 

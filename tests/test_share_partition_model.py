@@ -448,6 +448,10 @@ class SharePartitionMachine(RuleBasedStateMachine):
             if o >= self.spso or not terminal(state) or pending:
                 got[o] = (state, count, member, deadline, pending)
         assert got == {o: r.key() for o, r in self.recs.items()}
+        # Nothing is kept that lies wholly below the SPSO and is settled.
+        for e in sp._cache.values():
+            if e.last < self.spso:
+                assert any(o in self.recs for o in range(e.first, e.last + 1)), e
         deadlines = [r.deadline for r in self.recs.values() if r.deadline is not None]
         assert sp.next_deadline() == (min(deadlines) if deadlines else None)
         assert sp.next_fetch_offset() == self.m_next_fetch()

@@ -1140,15 +1140,13 @@ class SharePartition:
             return
         self._spso = new
         self._dcc -= passed
+        # Below the old SPSO everything is settled unless stragglers (live records left below
+        # it by a log start move) exist; then _settle_below_start decides what goes.
+        stragglers = self._stragglers
         for key in passed_keys:
-            e = cache[key]
-            if e.first >= spso or e.states is None:
+            if not stragglers or cache[key].first >= spso or cache[key].states is None:
                 del cache[key]
-            else:
-                states, pendings = e.states, e.pendings
-                if all(states[i] >= ACKNOWLEDGED and not pendings[i] for i in range(spso - e.first)):
-                    del cache[key]
-        if self._stragglers:
+        if stragglers:
             self._settle_below_start()
 
     # ---------------------------------------------------------------- debug

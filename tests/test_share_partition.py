@@ -793,3 +793,30 @@ def test_one_offset_acks_of_a_split_range():
     assert t.state_batches == [(0, 0, ARCHIVED, 2), (3, 3, ARCHIVED, 2), (6, 6, ACKNOWLEDGED, 2), (9, 9, ARCHIVED, 2)]
     sp.commit(t)
     assert sp.start_offset == 10 and sp.acquired_count == 0
+
+
+# --- the end of the settled run that moves the SPSO ----------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from broker.share.partition import _first_unsettled  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_first_unsettled_is_the_first_live_or_pending_record(data):
+    n = data.draw(st.integers(0, 2000))
+    settled = data.draw(st.integers(0, n))  # a long settled run first, as after acknowledgements
+    states = bytearray(data.draw(st.lists(st.sampled_from([ACKNOWLEDGED, ARCHIVED]), min_size=settled,
+                                          max_size=settled)))
+    states += bytearray(data.draw(st.lists(st.sampled_from([AVAILABLE, ACQUIRED, ACKNOWLEDGED, ARCHIVED]),
+                                           min_size=n - settled, max_size=n - settled)))
+    pendings = [0] * n
+    for k in data.draw(st.lists(st.integers(0, n - 1), max_size=3)) if n else []:
+        pendings[k] = data.draw(st.integers(1, 9))
+    i = data.draw(st.integers(0, n))
+    expected = i
+    while expected < n and states[expected] >= ACKNOWLEDGED and not pendings[expected]:
+        expected += 1
+    assert _first_unsettled(states, pendings, i) == expected

@@ -3,8 +3,10 @@
 A range starts in *batch mode*: a single state, delivery count, member, lock token and pending
 transition id describe every offset in [first, last], so acquiring or acknowledging it costs O(1)
 whatever its size. When an operation touches only part of it, the range *splits* into per-offset
-mode: parallel lists indexed by ``offset - first``. A split range is never merged back (as in
-Kafka); the cost of the lists is paid only by ranges that really diverged.
+mode: parallel sequences indexed by ``offset - first``. A split range is never merged back (as
+in Kafka); their cost is paid only by ranges that really diverged. The states are a bytearray,
+so finding a record in some state (released records to redeliver, the end of the acknowledged
+run that moves the SPSO) is a byte search at C speed, not a Python step per record.
 
 Lock tokens (ints, 0 = no lock) point into the owning partition's lock table; pending ids (ints,
 0 = none) name the Transition whose write is in flight for that record.
@@ -38,7 +40,7 @@ class InFlightBatch:
         self.member = member
         self.lock = lock
         self.pending = 0
-        self.states: list[int] | None = None
+        self.states: bytearray | None = None
         self.counts: list[int] = []
         self.members: list[str | None] = []
         self.locks: list[int] = []
@@ -55,7 +57,7 @@ class InFlightBatch:
     def split(self) -> None:
         """Switch to per-offset mode, every offset copying the batch state (and lock token)."""
         n = self.last - self.first + 1
-        self.states = [self.state] * n
+        self.states = bytearray((self.state,)) * n
         self.counts = [self.count] * n
         self.members = [self.member] * n
         self.locks = [self.lock] * n

@@ -161,11 +161,36 @@ def _merge_state_batches(batches: list[StateBatch]) -> list[StateBatch]:
     return out
 
 
+def _first_unsettled(states: bytearray, pendings: list[int], i: int) -> int:
+    """The first index from ``i`` of a split entry's record that is AVAILABLE, ACQUIRED or has
+    a write in flight; ``len(states)`` if there is none.
+
+    The SPSO moves past hundreds of acknowledged records at a time: the states are searched
+    as bytes, and the pending ids (0 but while a write is in flight) counted a slice at a time."""
+    n = len(states)
+    end = states.find(AVAILABLE, i, n)
+    acquired = states.find(ACQUIRED, i, n if end < 0 else end)
+    end = n if end < 0 else end
+    if acquired >= 0:
+        end = acquired
+    if pendings[i:end].count(0) == end - i:
+        return end
+    while end - i > 16:  # a write is in flight in [i, end): halve down to it
+        mid = (i + end) // 2
+        if pendings[i:mid].count(0) == mid - i:
+            i = mid
+        else:
+            end = mid
+    while not pendings[i]:
+        i += 1
+    return i
+
+
 def _available(e: InFlightBatch, i: int, end: int) -> Iterator[int]:
     """Indexes in [i, end) of a split entry's AVAILABLE records with no write in flight.
 
-    ``list.index`` finds each one at C speed: released records are a few among thousands of
-    acknowledged ones, and every fetch looks for them."""
+    A byte search finds each one: released records are a few among thousands of acknowledged
+    ones, and every fetch looks for them."""
     states, pendings = e.states, e.pendings
     while i < end:
         try:
@@ -828,7 +853,7 @@ class SharePartition:
             e.members[a] = None
             e.pendings[a] = t.id
         else:
-            e.states[a:b] = [target] * n
+            e.states[a:b] = bytes((target,)) * n
             e.members[a:b] = [None] * n
             e.pendings[a:b] = [t.id] * n
         if target >= ACKNOWLEDGED and not below:
@@ -1124,12 +1149,9 @@ class SharePartition:
                 new = e.last + 1
                 passed_keys.append(key)
             else:
-                states, pendings = e.states, e.pendings
                 i0 = max(e.first, spso) - e.first
-                i = i0
-                n = len(states)
-                while i < n and states[i] >= ACKNOWLEDGED and not pendings[i]:
-                    i += 1
+                i = _first_unsettled(e.states, e.pendings, i0)
+                n = len(e.states)
                 passed += i - i0
                 if i < n:
                     new = e.first + i

@@ -39,7 +39,6 @@ from protocol.coordinator_records.share_snapshot_value import ShareSnapshotValue
 from protocol.coordinator_records.share_snapshot_value import StateBatch as SnapshotBatch
 from protocol.coordinator_records.share_update_key import ShareUpdateKey
 from protocol.coordinator_records.share_update_value import ShareUpdateValue
-from protocol.coordinator_records.share_update_value import StateBatch as UpdateBatch
 from protocol.errors import ErrorCode
 from protocol.messages import (
     delete_share_group_state_response as delete_rsp,
@@ -448,7 +447,8 @@ class ShareCoordinatorShard:
                       leader_epoch: int, start_offset: int, delivery_complete_count: int,
                       batches: tuple[StateBatch, ...]) -> tuple[CoordinatorRecord, tuple[StateBatch, ...]]:
         """A ShareUpdate with just these batches, or a full snapshot when one is due; and
-        the record's state batches."""
+        the record's state batches. A ShareUpdate carries the combiner's StateBatch tuples as
+        they are: they have the fields its encoder reads, and a redelivery write has hundreds."""
         cur = entry.state
         if entry.updates_since_snapshot >= self.records_per_snapshot or state_epoch > cur.state_epoch:
             start = cur.start_offset if start_offset == -1 else start_offset
@@ -469,7 +469,7 @@ class ShareCoordinatorShard:
             ShareUpdateValue(
                 snapshot_epoch=cur.snapshot_epoch, leader_epoch=leader_epoch,
                 start_offset=start_offset, delivery_complete_count=delivery_complete_count,
-                state_batches=[UpdateBatch(*b) for b in batches])), batches
+                state_batches=list(batches))), batches
 
     # ------------------------------------------------------------------ requests
 

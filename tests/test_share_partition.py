@@ -729,6 +729,10 @@ def test_transition_carries_write_fields():
     ([(0, 2, [4])], 2, False, INVALID_REQUEST),
     ([(0, 2, [4])], 2, True, None),
     ([(0, 2, [1, 4, 1])], 2, True, None),  # mixing is allowed
+    ([(0, 2, [1, 4, 1])], 2, False, INVALID_REQUEST),
+    ([(0, 2, [1, 4, 1])], 1, True, INVALID_REQUEST),
+    ([(0, 2, [1, 5, 1])], 2, True, INVALID_REQUEST),
+    ([(0, 2, [1, -1, 1])], 2, True, INVALID_REQUEST),
     ([(0, 2, [5])], 2, True, INVALID_REQUEST),
 ])
 def test_validate_ack_batches(batches, version, renew, expected):

@@ -24,20 +24,15 @@ def validate_ack_batches(
     0..4 for v2 (0..3 before); RENEW only when the request set IsRenewAck.
     """
     max_type = RENEW if version >= 2 else RENEW - 1
-    prev_last: int | None = None
+    allowed = frozenset(t for t in range(max_type + 1) if t != RENEW or is_renew_ack)
+    prev_last = -(1 << 63)  # below every int64 offset
     for first, last, types in batches:
-        if first > last:
+        if first > last or first < prev_last or not types:
             return INVALID_REQUEST
-        if prev_last is not None and first < prev_last:
-            return INVALID_REQUEST
-        if types is None or len(types) == 0:
-            return INVALID_REQUEST
-        if len(types) > 1 and last - first != len(types) - 1:
-            return INVALID_REQUEST
-        for ack_type in types:
-            if ack_type < 0 or ack_type > max_type:
+        if len(types) == 1:  # the usual shape: one type for the whole batch
+            if types[0] not in allowed:
                 return INVALID_REQUEST
-            if ack_type == RENEW and not is_renew_ack:
-                return INVALID_REQUEST
+        elif last - first != len(types) - 1 or not allowed.issuperset(types):
+            return INVALID_REQUEST
         prev_last = last
     return None

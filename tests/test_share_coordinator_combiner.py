@@ -125,12 +125,14 @@ def later_writes(draw, state):
 
 
 @settings(max_examples=600, deadline=None)
-@given(st.data(), normal_state(), starts, st.booleans())
-def test_painting_later_writes_over_a_long_state_matches_brute_force(data, current, start, marked):
-    """The linear overlay (sorted, disjoint new batches over a normal state) and its fallback."""
+@given(st.data(), normal_state(), starts, st.booleans(), st.booleans())
+def test_painting_later_writes_over_a_long_state_matches_brute_force(data, current, start, marked, new_marked):
+    """The linear overlay (sorted, disjoint new batches over a normal state) and its fallback;
+    new batches marked normal (as the shard passes a ShareUpdate's) skip their checks."""
     new = data.draw(later_writes(current))
     base = NormalBatches(current) if marked else current
-    assert combine(base, new, start) == brute_force(current, new, start)
+    painted = NormalBatches(combine((), new, -1)) if new_marked else new
+    assert combine(base, painted, start) == brute_force(current, new, start)
 
 
 def test_a_normal_update_alone_comes_back_as_it_is():

@@ -47,7 +47,8 @@ SPLICE_ABOVE = 8  # current states at least this long are spliced, not swept who
 
 
 class NormalBatches(tuple):
-    """A tuple of state batches known to be in ``combine``'s output form (no need to check)."""
+    """A tuple of valid state batches (first <= last) known to be in ``combine``'s output form
+    (no need to check)."""
 
     __slots__ = ()
 
@@ -78,14 +79,18 @@ def _splice(current, new, start_offset: int) -> list[StateBatch]:
         current = current[k:]
         if current and current[0].first_offset < start_offset:
             current = [current[0]._replace(first_offset=start_offset), *current[1:]]
-    lo = min(b.first_offset for b in new) - 1
-    hi = max(b.last_offset for b in new) + 1
+    ordered = isinstance(new, NormalBatches) or _sorted_disjoint(new)
+    if ordered:
+        lo, hi = new[0].first_offset - 1, new[-1].last_offset + 1
+    else:
+        lo = min(b.first_offset for b in new) - 1
+        hi = max(b.last_offset for b in new) + 1
     i = bisect_left(current, lo, key=_last)
     j = max(bisect_right(current, hi, key=_first), i)
     # No joins at the seams: the batches just outside [lo, hi] keep their state next to
     # batches that, in a normal state, already differ from them or do not touch them.
     window = current[i:j]
-    merged = _overlay(window, new, start_offset) if _sorted_disjoint(new) else None
+    merged = _overlay(window, new, start_offset) if ordered else None
     if merged is None:
         merged = _sweep(window, new, start_offset)
     return [*current[:i], *merged, *current[j:]]

@@ -463,7 +463,7 @@ class ShareCoordinatorShard:
                 create_timestamp=cur.create_timestamp,
                 write_timestamp=self._clock_ms(),
             )), state_batches
-        batches = tuple(combine((), batches, start_offset))
+        batches = NormalBatches(combine((), batches, start_offset))  # write_state refused inverted ones
         return CoordinatorRecord(
             ShareUpdateKey(key.group_id, key.topic_id, key.partition),
             ShareUpdateValue(

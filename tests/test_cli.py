@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.__main__ import GC_THRESHOLDS
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 from tests.broker_process import ROOT
@@ -285,24 +286,36 @@ def test_log_level(tmp_path, level, info, warning):
 # --- readiness and signals -------------------------------------------------------------------------
 
 SIGTERM_WHEN_READY = """
-import builtins, os, signal, sys
+import builtins, gc, os, signal, sys
 from broker import __main__ as cli
 real_print = builtins.print
 def print_then_sigterm(*args, **kwargs):
     real_print(*args, **kwargs)
     if args and str(args[0]).startswith("kshare listening"):
+        real_print("gc thresholds", *gc.get_threshold(), flush=True)
         os.kill(os.getpid(), signal.SIGTERM)  # the earliest moment a supervisor could stop us
 builtins.print = print_then_sigterm
 sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-def test_sigterm_as_soon_as_ready_is_graceful(tmp_path):
-    """Once "kshare listening" is printed, SIGTERM must mean a clean shutdown, never a kill."""
-    r = subprocess.run(
+def stop_when_ready(tmp_path) -> subprocess.CompletedProcess:
+    return subprocess.run(
         [sys.executable, "-c", SIGTERM_WHEN_READY, "--port", "0", "--data-dir", str(tmp_path / "data")],
         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60,
     )
+
+
+def test_sigterm_as_soon_as_ready_is_graceful(tmp_path):
+    """Once "kshare listening" is printed, SIGTERM must mean a clean shutdown, never a kill."""
+    r = stop_when_ready(tmp_path)
     assert "kshare listening" in r.stdout
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert (tmp_path / "data" / ".kafka_cleanshutdown").exists()
+
+
+def test_the_broker_runs_with_its_gc_thresholds(tmp_path):
+    """A fresh interpreter has CPython's (700, 10, 10); the broker sets its own."""
+    assert GC_THRESHOLDS[0] > 700
+    r = stop_when_ready(tmp_path)
+    assert f"gc thresholds {' '.join(map(str, GC_THRESHOLDS))}" in r.stdout, r.stdout

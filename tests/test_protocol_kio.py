@@ -177,3 +177,22 @@ def test_inline_compact_paths_truncated_and_long():
     null_group = request(1)
     null_group.group_id = None
     assert ShareAcknowledgeRequest.from_bytes(null_group.to_bytes(2), 2) == null_group
+
+
+def test_one_element_array_fast_path_and_its_fallbacks():
+    """An AcknowledgementBatch with one type and no tags is read in one unpack; tags, other
+    counts and a buffer too short for that unpack take the general path to the same result."""
+    import struct
+
+    from protocol.messages.share_acknowledge_request import _d_AcknowledgementBatch_0 as decode
+
+    head = struct.pack(">qq", 5, 6)
+    cases = {
+        head + b"\x02\x01\x00": [1],  # one type, no tags: the fast path
+        head + b"\x02\x03\x01\x00\x01\x07": [3],  # an unknown tagged field
+        head + b"\x03\x01\x02\x00": [1, 2],  # a type per offset
+        head + b"\x01\x00": [],  # none (18 bytes: shorter than the fast path reads)
+    }
+    for raw, types in cases.items():
+        batch, pos = decode(memoryview(raw), 0)
+        assert (batch.first_offset, batch.last_offset, batch.acknowledge_types, pos) == (5, 6, types, len(raw))

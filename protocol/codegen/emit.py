@@ -280,8 +280,34 @@ def _encoder(ctx: _Ctx, vs: _Version, s: Struct, enc_fns: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _one_element_tail(ctx: _Ctx, vs: _Version, s: Struct) -> list[str]:
+    """A fast path for fixed fields then one array of fixed-width ints, with no tagged
+    fields (an AcknowledgementBatch): when the array has its usual one element and the tag
+    section is empty, one unpack reads it all. Otherwise the general path reads it again."""
+    regular = vs.regular(s)
+    if not vs.flexible or vs.tagged(s) or len(regular) < 2:
+        return []
+    *head, tail = regular
+    if not all(_is_fixed(f) and f.type != "uuid" for f in head):
+        return []
+    if not (tail.is_array and not tail.is_struct and tail.type in FIXED_TYPES and tail.type not in ("uuid", "bool")
+            and vs.compact(tail) and not vs.nullable(tail)):
+        return []
+    fmt = ">" + "".join(FIXED_TYPES[f.type] for f in head) + "B" + FIXED_TYPES[tail.type] + "B"
+    size = _struct.calcsize(fmt)
+    values = {f.attr: f"f_{f.attr}" for f in head}
+    values[tail.attr] = "[x]"
+    args = ", ".join(values.get(f.attr, default_expr(f)) for f in s.fields)
+    return [
+        f"    if len(buf) - pos >= {size}:",
+        f"        {', '.join(values[f.attr] for f in head)}, n, x, tg = {ctx.fmt(fmt)}.unpack_from(buf, pos)",
+        "        if n == 2 and not tg:",
+        f"            return {s.name}({args}), pos + {size}",
+    ]
+
+
 def _decoder(ctx: _Ctx, vs: _Version, s: Struct, dec_fns: dict) -> str:
-    lines = ["def __FN__(buf, pos):"]
+    lines = ["def __FN__(buf, pos):", *_one_element_tail(ctx, vs, s)]
     present = set()
     for item in _fixed_runs(vs.regular(s)):
         if isinstance(item, list):

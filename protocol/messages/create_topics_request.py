@@ -49,6 +49,7 @@ class CreateTopicsRequest(Message):
 _S0 = _Struct('>i')
 _S1 = _Struct('>ih')
 _S2 = _Struct('>i?')
+_S3 = _Struct('>iBiB')
 
 
 def _e_CreatableReplicaAssignment_0(o, b, parts):
@@ -144,6 +145,10 @@ def _e_CreatableReplicaAssignment_1(o, b, parts):
 
 
 def _d_CreatableReplicaAssignment_1(buf, pos):
+    if len(buf) - pos >= 10:
+        f_partition_index, n, x, tg = _S3.unpack_from(buf, pos)
+        if n == 2 and not tg:
+            return CreatableReplicaAssignment(f_partition_index, [x]), pos + 10
     f_partition_index, = _S0.unpack_from(buf, pos)
     pos += 4
     n = buf[pos] - 1

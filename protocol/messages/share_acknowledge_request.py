@@ -47,10 +47,11 @@ class ShareAcknowledgeRequest(Message):
 
 
 _S0 = _Struct('>qq')
-_S1 = _Struct('>b')
-_S2 = _Struct('>i')
-_S3 = _Struct('>16s')
-_S4 = _Struct('>i?')
+_S1 = _Struct('>qqBbB')
+_S2 = _Struct('>b')
+_S3 = _Struct('>i')
+_S4 = _Struct('>16s')
+_S5 = _Struct('>i?')
 
 
 def _e_AcknowledgementBatch_0(o, b, parts):
@@ -63,6 +64,10 @@ def _e_AcknowledgementBatch_0(o, b, parts):
 
 
 def _d_AcknowledgementBatch_0(buf, pos):
+    if len(buf) - pos >= 19:
+        f_first_offset, f_last_offset, n, x, tg = _S1.unpack_from(buf, pos)
+        if n == 2 and not tg:
+            return AcknowledgementBatch(f_first_offset, f_last_offset, [x]), pos + 19
     f_first_offset, f_last_offset, = _S0.unpack_from(buf, pos)
     pos += 16
     n = buf[pos] - 1
@@ -71,7 +76,7 @@ def _d_AcknowledgementBatch_0(buf, pos):
     else:
         n, pos = r_clen(buf, pos)
     if n == 1:
-        f_acknowledge_types = [*_S1.unpack_from(buf, pos)]
+        f_acknowledge_types = [*_S2.unpack_from(buf, pos)]
         pos += 1
     else:
         f_acknowledge_types, pos = r_int_array(buf, pos, 'b', n)
@@ -83,7 +88,7 @@ def _d_AcknowledgementBatch_0(buf, pos):
 
 
 def _e_AcknowledgePartition_0(o, b, parts):
-    b += _S2.pack(o.partition_index)
+    b += _S3.pack(o.partition_index)
     v = o.acknowledgement_batches
     w_clen(b, v)
     for x in v:
@@ -93,7 +98,7 @@ def _e_AcknowledgePartition_0(o, b, parts):
 
 
 def _d_AcknowledgePartition_0(buf, pos):
-    f_partition_index, = _S2.unpack_from(buf, pos)
+    f_partition_index, = _S3.unpack_from(buf, pos)
     pos += 4
     n = buf[pos] - 1
     if 0 <= n < 127:
@@ -112,7 +117,7 @@ def _d_AcknowledgePartition_0(buf, pos):
 
 
 def _e_AcknowledgeTopic_0(o, b, parts):
-    b += _S3.pack(o.topic_id.bytes)
+    b += _S4.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -122,7 +127,7 @@ def _e_AcknowledgeTopic_0(o, b, parts):
 
 
 def _d_AcknowledgeTopic_0(buf, pos):
-    f_topic_id, = _S3.unpack_from(buf, pos)
+    f_topic_id, = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1
@@ -144,7 +149,7 @@ def _d_AcknowledgeTopic_0(buf, pos):
 def _e_ShareAcknowledgeRequest_0(o, b, parts):
     w_cnstring(b, o.group_id)
     w_cnstring(b, o.member_id)
-    b += _S2.pack(o.share_session_epoch)
+    b += _S3.pack(o.share_session_epoch)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -156,7 +161,7 @@ def _e_ShareAcknowledgeRequest_0(o, b, parts):
 def _d_ShareAcknowledgeRequest_0(buf, pos):
     f_group_id, pos = r_cnstring(buf, pos)
     f_member_id, pos = r_cnstring(buf, pos)
-    f_share_session_epoch, = _S2.unpack_from(buf, pos)
+    f_share_session_epoch, = _S3.unpack_from(buf, pos)
     pos += 4
     n = buf[pos] - 1
     if 0 <= n < 127:
@@ -177,7 +182,7 @@ def _d_ShareAcknowledgeRequest_0(buf, pos):
 def _e_ShareAcknowledgeRequest_1(o, b, parts):
     w_cnstring(b, o.group_id)
     w_cnstring(b, o.member_id)
-    b += _S4.pack(o.share_session_epoch, o.is_renew_ack)
+    b += _S5.pack(o.share_session_epoch, o.is_renew_ack)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -189,7 +194,7 @@ def _e_ShareAcknowledgeRequest_1(o, b, parts):
 def _d_ShareAcknowledgeRequest_1(buf, pos):
     f_group_id, pos = r_cnstring(buf, pos)
     f_member_id, pos = r_cnstring(buf, pos)
-    f_share_session_epoch, f_is_renew_ack, = _S4.unpack_from(buf, pos)
+    f_share_session_epoch, f_is_renew_ack, = _S5.unpack_from(buf, pos)
     pos += 5
     n = buf[pos] - 1
     if 0 <= n < 127:

@@ -63,11 +63,12 @@ class ShareFetchRequest(Message):
 
 
 _S0 = _Struct('>qq')
-_S1 = _Struct('>b')
-_S2 = _Struct('>i')
-_S3 = _Struct('>16s')
-_S4 = _Struct('>iiiiii')
-_S5 = _Struct('>iiiiiib?')
+_S1 = _Struct('>qqBbB')
+_S2 = _Struct('>b')
+_S3 = _Struct('>i')
+_S4 = _Struct('>16s')
+_S5 = _Struct('>iiiiii')
+_S6 = _Struct('>iiiiiib?')
 
 
 def _e_AcknowledgementBatch_0(o, b, parts):
@@ -80,6 +81,10 @@ def _e_AcknowledgementBatch_0(o, b, parts):
 
 
 def _d_AcknowledgementBatch_0(buf, pos):
+    if len(buf) - pos >= 19:
+        f_first_offset, f_last_offset, n, x, tg = _S1.unpack_from(buf, pos)
+        if n == 2 and not tg:
+            return AcknowledgementBatch(f_first_offset, f_last_offset, [x]), pos + 19
     f_first_offset, f_last_offset, = _S0.unpack_from(buf, pos)
     pos += 16
     n = buf[pos] - 1
@@ -88,7 +93,7 @@ def _d_AcknowledgementBatch_0(buf, pos):
     else:
         n, pos = r_clen(buf, pos)
     if n == 1:
-        f_acknowledge_types = [*_S1.unpack_from(buf, pos)]
+        f_acknowledge_types = [*_S2.unpack_from(buf, pos)]
         pos += 1
     else:
         f_acknowledge_types, pos = r_int_array(buf, pos, 'b', n)
@@ -100,7 +105,7 @@ def _d_AcknowledgementBatch_0(buf, pos):
 
 
 def _e_FetchPartition_0(o, b, parts):
-    b += _S2.pack(o.partition_index)
+    b += _S3.pack(o.partition_index)
     v = o.acknowledgement_batches
     w_clen(b, v)
     for x in v:
@@ -110,7 +115,7 @@ def _e_FetchPartition_0(o, b, parts):
 
 
 def _d_FetchPartition_0(buf, pos):
-    f_partition_index, = _S2.unpack_from(buf, pos)
+    f_partition_index, = _S3.unpack_from(buf, pos)
     pos += 4
     n = buf[pos] - 1
     if 0 <= n < 127:
@@ -129,7 +134,7 @@ def _d_FetchPartition_0(buf, pos):
 
 
 def _e_FetchTopic_0(o, b, parts):
-    b += _S3.pack(o.topic_id.bytes)
+    b += _S4.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -139,7 +144,7 @@ def _e_FetchTopic_0(o, b, parts):
 
 
 def _d_FetchTopic_0(buf, pos):
-    f_topic_id, = _S3.unpack_from(buf, pos)
+    f_topic_id, = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1
@@ -159,7 +164,7 @@ def _d_FetchTopic_0(buf, pos):
 
 
 def _e_ForgottenTopic_0(o, b, parts):
-    b += _S3.pack(o.topic_id.bytes)
+    b += _S4.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     w_int_array(b, 'i', v)
@@ -168,7 +173,7 @@ def _e_ForgottenTopic_0(o, b, parts):
 
 
 def _d_ForgottenTopic_0(buf, pos):
-    f_topic_id, = _S3.unpack_from(buf, pos)
+    f_topic_id, = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1
@@ -177,7 +182,7 @@ def _d_ForgottenTopic_0(buf, pos):
     else:
         n, pos = r_clen(buf, pos)
     if n == 1:
-        f_partitions = [*_S2.unpack_from(buf, pos)]
+        f_partitions = [*_S3.unpack_from(buf, pos)]
         pos += 4
     else:
         f_partitions, pos = r_int_array(buf, pos, 'i', n)
@@ -191,7 +196,7 @@ def _d_ForgottenTopic_0(buf, pos):
 def _e_ShareFetchRequest_0(o, b, parts):
     w_cnstring(b, o.group_id)
     w_cnstring(b, o.member_id)
-    b += _S4.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size)
+    b += _S5.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -207,7 +212,7 @@ def _e_ShareFetchRequest_0(o, b, parts):
 def _d_ShareFetchRequest_0(buf, pos):
     f_group_id, pos = r_cnstring(buf, pos)
     f_member_id, pos = r_cnstring(buf, pos)
-    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, = _S4.unpack_from(buf, pos)
+    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, = _S5.unpack_from(buf, pos)
     pos += 24
     n = buf[pos] - 1
     if 0 <= n < 127:
@@ -237,7 +242,7 @@ def _d_ShareFetchRequest_0(buf, pos):
 def _e_ShareFetchRequest_1(o, b, parts):
     w_cnstring(b, o.group_id)
     w_cnstring(b, o.member_id)
-    b += _S5.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size, o.share_acquire_mode, o.is_renew_ack)
+    b += _S6.pack(o.share_session_epoch, o.max_wait_ms, o.min_bytes, o.max_bytes, o.max_records, o.batch_size, o.share_acquire_mode, o.is_renew_ack)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -253,7 +258,7 @@ def _e_ShareFetchRequest_1(o, b, parts):
 def _d_ShareFetchRequest_1(buf, pos):
     f_group_id, pos = r_cnstring(buf, pos)
     f_member_id, pos = r_cnstring(buf, pos)
-    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, f_is_renew_ack, = _S5.unpack_from(buf, pos)
+    f_share_session_epoch, f_max_wait_ms, f_min_bytes, f_max_bytes, f_max_records, f_batch_size, f_share_acquire_mode, f_is_renew_ack, = _S6.unpack_from(buf, pos)
     pos += 26
     n = buf[pos] - 1
     if 0 <= n < 127:

@@ -13,7 +13,6 @@ import uvloop
 
 from .config import BrokerConfig, ConfigError, read_properties
 
-
 # The cyclic collector's young-generation threshold (CPython's default is 700). A request
 # allocates containers that live until it is answered (hundreds of run tuples for one
 # acknowledgement); at 700 the collector runs every ~1,500 records of a redelivery workload

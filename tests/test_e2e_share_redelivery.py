@@ -119,6 +119,42 @@ def test_acknowledgements_committed_by_close_are_not_lost(broker, consumers, top
         assert results and results == [None] * len(results), f"round {rnd}: close's acknowledgements failed: {results}"
 
 
+def test_released_records_of_big_batches_are_redelivered_intact(broker, consumers, topic_name):
+    """Every 10th record of ~220 KB of batches is released on first delivery. The broker sends
+    them back in cut copies of their batches (only the released records); the consumer gets
+    each with delivery count 2 and its own key, value, headers and timestamp, and every record
+    is accepted exactly once."""
+    create_topic(broker.bootstrap, topic_name)
+    group = earliest_group(broker.bootstrap)
+    n = 2000
+    sent = {o: (b"k%d" % o, b"%05d" % o + b"." * 100, [("h", b"%d" % o)], 1_700_000_000_000 + o)
+            for o in range(n)}
+    produce(broker.bootstrap, topic_name, sent.values(), one_per_batch=False)
+    c = consumers.new(group, topic_name, explicit=True)
+    accepted, redelivered = [], []
+
+    def on_message(m):
+        if m.offset() % 10 == 0 and m.delivery_count() == 1:
+            c.acknowledge(m, AcknowledgeType.RELEASE)
+            return
+        if m.delivery_count() > 1:
+            redelivered.append(m)
+        c.acknowledge(m, AcknowledgeType.ACCEPT)
+        accepted.append(m.offset())
+
+    deadline = time.monotonic() + TIMEOUT
+    while len(accepted) < n:
+        assert time.monotonic() < deadline, f"{len(accepted)} of {n} accepted"
+        for m in c.poll(0.2):
+            assert m.error() is None, m.error()
+            on_message(m)
+        c.commit_sync(TIMEOUT)
+    assert sorted(accepted) == list(range(n))
+    assert [(m.offset(), m.delivery_count()) for m in redelivered] == [(o, 2) for o in range(0, n, 10)]
+    for m in redelivered:
+        assert (m.key(), m.value(), m.headers(), m.timestamp()[1]) == sent[m.offset()]
+
+
 def test_poison_record_archived_after_delivery_limit(broker, consumers, topic_name):
     """A record released on every delivery is delivered 5 times (counts 1..5), then archived:
     never delivered again, while the records after it keep flowing."""

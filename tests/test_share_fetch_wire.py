@@ -21,7 +21,9 @@ from protocol.messages.delete_topics_request import (
     DeleteTopicState,
 )
 from protocol.messages.metadata_request import MetadataRequest
+from protocol.records import iter_records
 from tests.raw_client import RawClient
+from tests.test_produce_support import batch, produce
 from tests.test_share_wire_support import (
     ACCEPT,
     METADATA,
@@ -331,6 +333,38 @@ def test_batch_size_cuts_acquired_ranges_at_log_batch_boundaries(broker, admin, 
             produce_batches(admin, topic_name, [3, 3])  # 12-17
             p = parts(exact.fetch(batch_size=2, max_records=5, acquire_mode=1, version=2))[tp]
             assert acquired(p) == [(12, 16, 1)]  # record_limit mode: one range, BatchSize unused
+
+
+def test_released_records_of_a_big_batch_come_back_in_a_cut_copy(broker, admin, topic_name):
+    """Redelivering every 10th record of a 43 KB batch sends a CRC-valid batch holding only
+    those records, as a compacted log would; the first delivery and a mostly acquired batch
+    go out whole. Record-limit mode cuts the same way."""
+    tp = (create_topic(admin, topic_name), 0)
+    values = [b"%04d" % i + b"." * 100 for i in range(400)]
+    with ShareMember(broker.bootstrap, unique("g")) as m, ShareMember(broker.bootstrap, unique("g")) as exact:
+        m.open([tp])
+        exact.open([tp], version=2)
+        assert produce(admin, topic_name, batch(values)).error_code == NONE
+        first = parts(m.fetch())[tp]
+        assert acquired(first) == [(0, 399, 1)]
+        (whole,) = batch_headers(first)
+        assert whole.records_count == 400
+
+        types = [RELEASE if o % 10 == 0 else ACCEPT for o in range(400)]
+        assert parts(m.acknowledge({tp: [(0, 399, types)]}))[tp].error_code == NONE
+        again = parts(m.fetch())[tp]
+        assert acquired(again) == [(o, o, 2) for o in range(0, 400, 10)]
+        (h,) = batch_headers(again)
+        assert (h.base_offset, h.last_offset, h.records_count) == (0, 399, 40)
+        assert h.size < whole.size // 5
+        assert [(r.offset, r.value) for r in iter_records(bytes(again.records))] == [
+            (o, values[o]) for o in range(0, 400, 10)]
+
+        p = parts(exact.fetch(max_records=4, acquire_mode=1, version=2))[tp]
+        assert acquired_offsets(p) == record_offsets(p) == [0, 1, 2, 3]
+        p = parts(exact.fetch(max_records=300, acquire_mode=1, version=2))[tp]
+        assert acquired(p) == [(4, 303, 1)]
+        assert batch_headers(p) == [whole]
 
 
 def test_max_records_is_one_budget_for_all_partitions_of_a_request(broker, admin, topic_name):

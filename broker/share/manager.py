@@ -27,6 +27,7 @@ from ..metrics import ShareGroupStats, SharePartitionStats, per_topic
 from ..partitions import data_key
 from .offset_reset import resolve_start_offset
 from .partition import AcquireResult, SharePartition, ShareStateError, Transition
+from .served_records import served_records
 
 if TYPE_CHECKING:
     from persister.api import Persister
@@ -66,7 +67,8 @@ class FetchParams:
 
 @dataclass
 class PartitionFetch:
-    """One partition's share-fetch result: raw batches (zero-copy views) and acquired ranges."""
+    """One partition's share-fetch result: raw batches (zero-copy views, or cut copies: see
+    served_records.py) and acquired ranges."""
 
     error_code: int = ErrorCode.NONE
     error_message: str | None = None
@@ -77,7 +79,7 @@ class PartitionFetch:
 class _Leader:
     """A SharePartition with its timer handle and metrics; ``loaded`` completes once state is loaded."""
 
-    __slots__ = ("key", "sp", "topic", "timer", "loaded", "stats", "bytes_per_record")
+    __slots__ = ("key", "sp", "topic", "timer", "loaded", "stats", "bytes_per_record", "record_starts")
 
     def __init__(self, key: Key, topic: str) -> None:
         self.key = key
@@ -87,6 +89,7 @@ class _Leader:
         self.loaded: asyncio.Future = asyncio.get_running_loop().create_future()
         self.stats = SharePartitionStats()
         self.bytes_per_record = 0.0  # of the last read: sizes the next one
+        self.record_starts: dict = {}  # served_records' cache
 
 
 READ_PROBE_BYTES = 64 * 1024
@@ -293,8 +296,9 @@ class SharePartitionManager:
             )
             records_left -= res.count
             if res.ranges:
-                out[(topic_id, p)] = PartitionFetch(records=rr.views(res.batch_start, res.batch_end), acquired=res.ranges)
                 leader = self._leaders[(group_id, topic_id, p)]
+                records = served_records(rr, res.batch_start, res.batch_end, res.ranges, leader.record_starts)
+                out[(topic_id, p)] = PartitionFetch(records=records, acquired=res.ranges)
                 leader.stats.acquired += res.count
                 self._arm(leader)
             else:

@@ -32,9 +32,9 @@ def served_records(rr: ReadResult, start: int, end: int, ranges: Sequence[tuple[
     cuts: dict[int, bytes] = {}
     j, n_ranges = 0, len(ranges)
     for k in range(start, end):
-        h = batches[k].header
-        if h.batch_length + 12 < MIN_CUT_BYTES:
+        if batches[k].size < MIN_CUT_BYTES:
             continue
+        h = batches[k].header
         base = h.base_offset
         last = base + h.last_offset_delta
         while j < n_ranges and ranges[j][1] < base:
@@ -45,8 +45,7 @@ def served_records(rr: ReadResult, start: int, end: int, ranges: Sequence[tuple[
             i += 1
         if kept * 2 > h.records_count:
             continue
-        rb = batches[k]
-        view = memoryview(rr.chunks[rb.chunk])[rb.pos:rb.pos + h.batch_length + 12]
+        (view,) = rr.views(k, k + 1)
         key = (base, h.crc)
         starts = starts_cache.get(key, _UNKNOWN)
         if starts is _UNKNOWN:
@@ -60,11 +59,4 @@ def served_records(rr: ReadResult, start: int, end: int, ranges: Sequence[tuple[
             cuts[k] = cut
     if not cuts:
         return rr.views(start, end)
-    out: list = []
-    for k in range(start, end):
-        if k in cuts:
-            out.append(cuts[k])
-        else:
-            rb = batches[k]
-            out.append(memoryview(rr.chunks[rb.chunk])[rb.pos:rb.pos + rb.size])
-    return out
+    return [cuts[k] if k in cuts else rr.views(k, k + 1)[0] for k in range(start, end)]

@@ -11,6 +11,7 @@ import uuid
 
 from coordinator.share.routing import partition_for
 from protocol.coordinator_serde import decode
+from protocol.errors import ErrorCode
 from protocol.messages import delete_share_group_state_request as dreq
 from protocol.messages import initialize_share_group_state_request as ireq
 from protocol.messages import read_share_group_state_request as rreq
@@ -105,12 +106,25 @@ def state_partition(group, topic_id, partition, num_partitions=50) -> int:
 
 
 def state_records(client, state_partition_index: int) -> list[tuple[int, object, object]]:
-    """(offset, key, value) of every record of a state partition from its log start."""
-    start = list_offset(client, STATE_TOPIC, -2, partition=state_partition_index).offset
+    """(offset, key, value) of every record of a state partition from its log start.
+
+    Pruning may move the log start past the offset being read (OFFSET_OUT_OF_RANGE, as Kafka
+    answers); the read then starts again from the new log start.
+    """
+    for _ in range(20):
+        out = _state_records_from_log_start(client, state_partition_index)
+        if out is not None:
+            return out
+    raise AssertionError("the log start kept moving under 20 reads")
+
+
+def _state_records_from_log_start(client, state_partition_index):
     out = []
-    offset = start
+    offset = log_start(client, state_partition_index)
     while True:
         part = fetch(client, STATE_TOPIC, offset, partition=state_partition_index)
+        if part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and offset < log_start(client, state_partition_index):
+            return None
         assert part.error_code == 0, part.error_code
         buf = raw(part.records)
         if not buf:

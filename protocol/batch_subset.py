@@ -17,14 +17,18 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-from crc32c import crc32c
-
-from .records import ATTRIBUTES_OFFSET, COMPRESSION_MASK, CONTROL_FLAG, CRC_OFFSET, HEADER_SIZE, BatchHeader
+from .records import (
+    COMPRESSION_MASK,
+    CONTROL_FLAG,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    set_crc,
+)
 from .varint import VarintError, read_varint
 
 _BATCH_LENGTH = struct.Struct(">i")
 _BATCH_LENGTH_OFFSET = 8
-_CRC = struct.Struct(">I")
 _RECORDS_COUNT = struct.Struct(">i")
 _RECORDS_COUNT_OFFSET = 57
 
@@ -142,7 +146,7 @@ def subset(batch, starts: list[int], base_offset: int, ranges: Sequence[tuple[in
             kept += b - a
     except (IndexError, VarintError):
         return None
-    _BATCH_LENGTH.pack_into(out, _BATCH_LENGTH_OFFSET, len(out) - 12)
+    _BATCH_LENGTH.pack_into(out, _BATCH_LENGTH_OFFSET, len(out) - LOG_OVERHEAD)
     _RECORDS_COUNT.pack_into(out, _RECORDS_COUNT_OFFSET, kept)
-    _CRC.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    set_crc(out, 0)
     return bytes(out)

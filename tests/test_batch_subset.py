@@ -10,6 +10,7 @@ from broker.log.store import ReadBatch, ReadResult
 from broker.share.served_records import MIN_CUT_BYTES, served_records
 from protocol.batch_subset import record_starts, subset
 from protocol.records import (
+    HEADER_SIZE,
     build_batch,
     check_batch,
     iter_records,
@@ -17,6 +18,7 @@ from protocol.records import (
     set_crc,
 )
 from protocol.varint import read_varint
+from tests.test_share_wire_support import offsets_in
 
 BASE = 1000
 
@@ -67,7 +69,7 @@ def test_a_cut_holds_exactly_the_records_inside_the_ranges(spans):
 
 
 def plain_walk(buf: bytes) -> list[int]:
-    pos, out = 61, []
+    pos, out = HEADER_SIZE, []
     for _ in range(parse_header(buf).records_count):
         out.append(pos)
         n, pos = read_varint(buf, pos)
@@ -122,11 +124,7 @@ def read_result(*batches: bytes) -> ReadResult:
 
 
 def records_of(buffers) -> list[int]:
-    buf, pos, out = b"".join(bytes(b) for b in buffers), 0, []
-    while pos < len(buf):
-        out.extend(r.offset for r in iter_records(buf, pos))
-        pos += check_batch(buf, pos).size
-    return out
+    return offsets_in(b"".join(bytes(b) for b in buffers))
 
 
 def test_served_records_cuts_only_big_sparsely_acquired_batches():

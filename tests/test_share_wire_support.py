@@ -103,7 +103,11 @@ def batch_headers(part) -> list:
 
 def record_offsets(part) -> list[int]:
     """Offsets of every record in a partition's Records, decoding each batch."""
-    buf = bytes(part.records)
+    return offsets_in(bytes(part.records))
+
+
+def offsets_in(buf: bytes) -> list[int]:
+    """Offsets of every record in ``buf``'s whole batches (CRC-checked)."""
     out, pos = [], 0
     while pos < len(buf):
         h = check_batch(buf, pos)

@@ -482,6 +482,33 @@ def test_rollback_restores_exactly():
     check_counts(sp)
 
 
+def test_runs_of_one_type_with_mixed_delivery_counts():
+    """librdkafka acknowledges a fetch as adjacent batches of one type each; the records in
+    them may have been delivered different numbers of times."""
+    sp, _ = make(max_delivery_count=2)
+    acquire(sp, "m", [(0, 9)])
+    ack(sp, "m", (3, 3, [RELEASE]), (5, 5, [RELEASE]))
+    assert acquire(sp, "m", [(0, 9)]).ranges == [(3, 3, 2), (5, 5, 2)]
+    before = list(sp.iter_records())
+    # counts 1 1 1 2 1 2 1 1 1 1; 5-9 mixes counts in one batch; 4 is released at count 1.
+    runs = [(0, 2, [ACCEPT]), (3, 3, [ACCEPT]), (4, 4, [RELEASE]), (5, 9, [REJECT])]
+    t = sp.acknowledge("m", runs)
+    assert t.state_batches == [(0, 2, ACKNOWLEDGED, 1), (3, 3, ACKNOWLEDGED, 2), (4, 4, AVAILABLE, 1),
+                               (5, 5, ARCHIVED, 2), (6, 9, ARCHIVED, 1)]
+    sp.rollback(t)
+    assert list(sp.iter_records()) == before
+    check_counts(sp)
+    # Again, with a release at the delivery limit (archived) and a commit.
+    t = sp.acknowledge("m", [(0, 2, [ACCEPT]), (3, 3, [RELEASE]), (4, 4, [RELEASE]), (5, 9, [ACCEPT])])
+    sp.commit(t)
+    assert [(o, s, c) for o, s, c, *_ in sp.iter_records() if o >= sp.start_offset] == [
+        (4, AVAILABLE, 1), (5, ACKNOWLEDGED, 2), (6, ACKNOWLEDGED, 1), (7, ACKNOWLEDGED, 1),
+        (8, ACKNOWLEDGED, 1), (9, ACKNOWLEDGED, 1)]
+    assert rec(sp, 3) == (ARCHIVED, 2, None)
+    assert sp.start_offset == 4 and sp.next_fetch_offset() == 4
+    check_counts(sp)
+
+
 def test_lock_expiry_during_pending_ack_then_rollback():
     sp, clock = make(max_delivery_count=2)
     acquire(sp, "m", [(0, 4)])

@@ -261,13 +261,19 @@ class SharePartitionMachine(RuleBasedStateMachine):
         batches = []
         if runs and data.draw(st.integers(0, 4)) > 0:
             # Mostly valid: whole or partial runs of records this member holds.
-            for run in sorted(data.draw(st.lists(st.sampled_from(runs), min_size=1, max_size=2,
+            for run in sorted(data.draw(st.lists(st.sampled_from(runs), min_size=1, max_size=3,
                                                  unique_by=tuple))):
                 if data.draw(st.booleans()):
                     first, last = run
                 else:
                     first = data.draw(st.integers(run[0], run[1]))
                     last = data.draw(st.integers(first, run[1]))
+                if last > first and data.draw(st.booleans()):
+                    # As librdkafka sends them: adjacent batches of one type each.
+                    cuts = sorted(data.draw(st.sets(st.integers(first + 1, last), max_size=4)))
+                    for a, b in zip([first, *cuts], [*cuts, last + 1]):
+                        batches.append((a, b - 1, [data.draw(st.sampled_from([1, 2, 3]))]))
+                    continue
                 batches.append((first, last, self.draw_types(data, last - first + 1)))
             if data.draw(st.integers(0, 3)) == 0:  # shares its first offset with the last batch
                 last = batches[-1][1]

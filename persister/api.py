@@ -54,7 +54,7 @@ class Persister(Protocol):
         leader_epoch: int,
         start_offset: int,
         delivery_complete_count: int,
-        batches: list[StateBatch],
+        batches: list[StateBatch],  # sorted, disjoint, touching equal neighbours joined
     ) -> tuple[int, str | None]: ...
 
     async def delete_state(self, group_id: str, partitions: list[TopicPartition]) -> dict[TopicPartition, tuple[int, str | None]]: ...

@@ -2,8 +2,9 @@
 
 It builds the request messages a network persister would send, and hands them to the share
 coordinator service in this process, so both paths exercise the same coordinator code. One
-shortcut: a write's state batches are the shard's own StateBatch tuples (same fields), which
-the shard takes without converting them again.
+shortcut: a write's state batches are the shard's own StateBatch tuples (same fields), marked
+as the normal form a share partition writes, which the shard takes without converting or
+checking them again.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 from functools import partial
 from uuid import UUID
 
+from coordinator.share.combiner import NormalBatches
+from coordinator.share.combiner import StateBatch as ShardStateBatch
 from protocol.messages import (
     delete_share_group_state_request as delete_req,
     initialize_share_group_state_request as init_req,
@@ -18,7 +21,6 @@ from protocol.messages import (
     read_share_group_state_summary_request as summary_req,
     write_share_group_state_request as write_req,
 )
-from coordinator.share.combiner import StateBatch as ShardStateBatch
 
 from .api import ReadResult, StateBatch, SummaryResult, TopicPartition
 
@@ -66,8 +68,9 @@ class InProcessPersister:
             partitions=[write_req.PartitionData(
                 partition=partition, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
                 delivery_complete_count=delivery_complete_count,
-                # The shard's own StateBatch tuples, which it takes as they are (no copy per batch).
-                state_batches=tuple(map(_shard_batch, batches)),
+                # The shard's own StateBatch tuples, which it takes as they are (no copy per batch),
+                # in the form its combiner produces: a SharePartition transition's are.
+                state_batches=NormalBatches(map(_shard_batch, batches)),
             )],
         )])
         r = _single(await self.service.write_state(req, 1))

@@ -139,3 +139,7 @@ def test_a_normal_update_alone_comes_back_as_it_is():
     new = [StateBatch(5, 9, ACKNOWLEDGED, 1), StateBatch(10, 10, AVAILABLE, 1), StateBatch(11, 19, ACKNOWLEDGED, 1)]
     assert combine((), new, 5) == new
     assert combine((), new, 7) == brute_force((), new, 7)
+    # Marked normal (the in-process persister marks a share partition's writes): no check,
+    # and still pruned when the start offset cuts into it.
+    assert combine((), NormalBatches(new), 5) == new
+    assert combine((), NormalBatches(new), 7) == brute_force((), new, 7)

@@ -29,6 +29,7 @@ from broker.share.state import (
     INVALID_REQUEST,
     RENEW,
 )
+from coordinator.share.combiner import StateBatch, _normal
 
 LOCK_MS = 1_000
 MEMBERS = ("m1", "m2", "m3")
@@ -53,6 +54,9 @@ def terminal(state):
 
 
 def expand(state_batches):
+    """{offset: (state, count)} of a transition's batches, which must be in the combiner's
+    normal form: the in-process persister hands them over as NormalBatches."""
+    assert _normal([StateBatch(*b) for b in state_batches]), state_batches
     out = {}
     for first, last, state, count in state_batches:
         for o in range(first, last + 1):

@@ -145,7 +145,10 @@ class _Lock:
 
 
 def _merge_state_batches(batches: list[StateBatch]) -> list[StateBatch]:
-    """Sort and coalesce contiguous batches with the same state and delivery count."""
+    """Sort and coalesce contiguous batches with the same state and delivery count.
+
+    A transition touches each offset once, so the result is what the share coordinator's
+    combiner calls normal, and the in-process persister hands it over as such."""
     if len(batches) <= 1:
         return batches
     batches.sort()
@@ -155,6 +158,8 @@ def _merge_state_batches(batches: list[StateBatch]) -> list[StateBatch]:
         if f == cl + 1 and s == cs and c == cc:
             cl = l
         else:
+            if f <= cl:
+                raise AssertionError(f"state batches overlap at offset {f}")
             out.append((cf, cl, cs, cc))
             cf, cl, cs, cc = f, l, s, c
     out.append((cf, cl, cs, cc))

@@ -57,7 +57,8 @@ def combine(current: Iterable[StateBatch], new: Iterable[StateBatch], start_offs
     """Fold ``new`` into ``current``; ``start_offset == -1`` means "do not prune"."""
     current = current if isinstance(current, (tuple, list)) else tuple(current)
     new = new if isinstance(new, (tuple, list)) else tuple(new)
-    if not current and len(new) > 1 and _normal(new) and (start_offset == -1 or new[0].first_offset >= start_offset):
+    if not current and len(new) > 1 and (isinstance(new, NormalBatches) or _normal(new)) \
+            and (start_offset == -1 or new[0].first_offset >= start_offset):
         return list(new)
     if new and len(current) >= SPLICE_ABOVE and (isinstance(current, NormalBatches) or _normal(current)):
         return _splice(current, new, start_offset)

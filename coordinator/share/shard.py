@@ -178,7 +178,7 @@ _new_batch = partial(tuple.__new__, StateBatch)
 def _batches(raw: Iterable) -> tuple[StateBatch, ...]:
     """StateBatch tuples of decoded batches; a tuple of StateBatch (from the in-process
     persister) is taken as it is."""
-    if type(raw) is tuple and (not raw or type(raw[0]) is StateBatch):
+    if (type(raw) is tuple or type(raw) is NormalBatches) and (not raw or type(raw[0]) is StateBatch):
         return raw
     return tuple(map(_new_batch, map(_batch_fields, raw)))
 

@@ -509,6 +509,26 @@ def test_runs_of_one_type_with_mixed_delivery_counts():
     check_counts(sp)
 
 
+def test_adjacent_runs_of_one_delivery_count_at_the_limit():
+    """One fetch's records acknowledged as adjacent runs: a release at the delivery limit
+    archives, and a rollback restores every record."""
+    sp, _ = make(max_delivery_count=2)
+    acquire(sp, "m", [(0, 9)])
+    ack(sp, "m", (0, 9, [RELEASE]))
+    assert acquire(sp, "m", [(0, 9)]).ranges == [(0, 9, 2)]
+    before = list(sp.iter_records())
+    runs = [(0, 3, [ACCEPT]), (4, 4, [RELEASE]), (5, 6, [REJECT]), (7, 9, [ACCEPT])]
+    t = sp.acknowledge("m", runs)
+    assert t.state_batches == [(0, 3, ACKNOWLEDGED, 2), (4, 6, ARCHIVED, 2), (7, 9, ACKNOWLEDGED, 2)]
+    assert sp.delivery_complete_count == 10 and sp.acquired_count == 0
+    sp.rollback(t)
+    assert list(sp.iter_records()) == before
+    check_counts(sp)
+    sp.commit(sp.acknowledge("m", runs))
+    assert sp.start_offset == 10 and sp.delivery_complete_count == 0
+    check_counts(sp)
+
+
 def test_lock_expiry_during_pending_ack_then_rollback():
     sp, clock = make(max_delivery_count=2)
     acquire(sp, "m", [(0, 4)])

@@ -135,6 +135,19 @@ def test_painting_later_writes_over_a_long_state_matches_brute_force(data, curre
     assert combine(base, painted, start) == brute_force(current, new, start)
 
 
+def test_painting_a_batch_equal_to_what_it_covers_joins_both_sides():
+    """The front of a window batch left between two new batches joins the first of them when
+    it has its state and count (a write that repeats part of the state)."""
+    current = NormalBatches([StateBatch(k, k, ARCHIVED, k % 2) for k in range(8)]
+                            + [StateBatch(10, 19, ACKNOWLEDGED, 1), StateBatch(20, 29, AVAILABLE, 1)])
+    new = NormalBatches([StateBatch(12, 13, ACKNOWLEDGED, 1), StateBatch(16, 16, ARCHIVED, 2),
+                         StateBatch(20, 20, AVAILABLE, 1)])
+    got = combine(current, new, -1)
+    assert got == brute_force(current, new, -1)
+    assert got[8:] == [StateBatch(10, 15, ACKNOWLEDGED, 1), StateBatch(16, 16, ARCHIVED, 2),
+                       StateBatch(17, 19, ACKNOWLEDGED, 1), StateBatch(20, 29, AVAILABLE, 1)]
+
+
 def test_a_normal_update_alone_comes_back_as_it_is():
     new = [StateBatch(5, 9, ACKNOWLEDGED, 1), StateBatch(10, 10, AVAILABLE, 1), StateBatch(11, 19, ACKNOWLEDGED, 1)]
     assert combine((), new, 5) == new

@@ -106,18 +106,15 @@ def _sorted_disjoint(batches) -> bool:
 
 def _overlay(window, new, start_offset: int) -> list[StateBatch] | None:
     """Paint sorted, disjoint ``new`` over a normal, pruned ``window`` in one pass; None
-    (sweep instead) where a window batch outranks the new batch covering it."""
+    (sweep instead) where a window batch outranks the new batch covering it.
+
+    A batch joins the one before it when they touch with the same state and count. That test
+    is written out at each of the four places a batch is added, on the fields of the last one
+    kept in locals: a redelivery's write paints hundreds of one-offset batches, and a call
+    per batch was a fifth of acknowledging them."""
     out: list[StateBatch] = []
-
-    def push(b: StateBatch) -> None:
-        if out:
-            p = out[-1]
-            if p.last_offset + 1 == b.first_offset and p.delivery_state == b.delivery_state \
-                    and p.delivery_count == b.delivery_count:
-                out[-1] = StateBatch(p.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                return
-        out.append(b)
-
+    append = out.append
+    o_first = o_last = o_state = o_count = -2  # the last batch in ``out``
     rest = iter(window)
     w = next(rest, None)  # the next window batch, its front cut off by earlier new batches
     for b in new:
@@ -128,21 +125,39 @@ def _overlay(window, new, start_offset: int) -> list[StateBatch] | None:
             first = start_offset
             b = StateBatch(first, last, state, count)
         while w is not None and w.last_offset < first:
-            push(w)
+            if o_last + 1 == w.first_offset and o_state == w.delivery_state and o_count == w.delivery_count:
+                o_last = w.last_offset
+                out[-1] = StateBatch(o_first, o_last, o_state, o_count)
+            else:
+                append(w)
+                o_first, o_last, o_state, o_count = w
             w = next(rest, None)
         while w is not None and w.first_offset <= last:
             if w.delivery_count > count or (w.delivery_count == count and w.delivery_state > state):
                 return None
-            if w.first_offset < first:
-                push(StateBatch(w.first_offset, first - 1, w.delivery_state, w.delivery_count))
+            if w.first_offset < first:  # the part of w before b
+                if o_last + 1 == w.first_offset and o_state == w.delivery_state and o_count == w.delivery_count:
+                    o_last = first - 1
+                    out[-1] = StateBatch(o_first, o_last, o_state, o_count)
+                else:
+                    o_first, o_last, o_state, o_count = w.first_offset, first - 1, w.delivery_state, w.delivery_count
+                    append(StateBatch(o_first, o_last, o_state, o_count))
             if w.last_offset > last:
                 w = StateBatch(last + 1, w.last_offset, w.delivery_state, w.delivery_count)
                 break
             w = next(rest, None)
-        push(b)
-    while w is not None:
-        push(w)
-        w = next(rest, None)
+        if o_last + 1 == first and o_state == state and o_count == count:
+            o_last = last
+            out[-1] = StateBatch(o_first, o_last, o_state, o_count)
+        else:
+            append(b)
+            o_first, o_last, o_state, o_count = first, last, state, count
+    if w is not None:  # the rest of the window: only its first batch can join
+        if o_last + 1 == w.first_offset and o_state == w.delivery_state and o_count == w.delivery_count:
+            out[-1] = StateBatch(o_first, w.last_offset, o_state, o_count)
+        else:
+            append(w)
+        out.extend(rest)
     return out
 
 

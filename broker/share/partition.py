@@ -867,7 +867,7 @@ class SharePartition:
         member = members[runs[0][0]]
         a0, b1 = runs[0][0], runs[-1][1]
         count = counts[a0]
-        if len(runs) > 1 and [r[0] for r in runs[1:]] == [r[1] for r in runs[:-1]] \
+        if len(runs) > 1 and runs[1][0] == runs[0][1] and [r[0] for r in runs[1:]] == [r[1] for r in runs[:-1]] \
                 and counts[a0:b1].count(count) == b1 - a0:
             if count >= max_delivery:
                 runs = [(a, b, ARCHIVED if s == AVAILABLE else s) for a, b, s in runs]

@@ -148,6 +148,16 @@ def test_painting_a_batch_equal_to_what_it_covers_joins_both_sides():
                        StateBatch(17, 19, ACKNOWLEDGED, 1), StateBatch(20, 29, AVAILABLE, 1)]
 
 
+@settings(max_examples=200, deadline=None)
+@given(normal_state(), st.integers(-40, 40), starts)
+def test_a_write_apart_from_a_long_state_matches_brute_force(current, shift, start):
+    """A marked write that touches none of the state (a fetch past the pruned state) is
+    spliced in as it is."""
+    end = current[-1].last_offset
+    new = [StateBatch(end + 2 + shift + 3 * k, end + 3 + shift + 3 * k, ACKNOWLEDGED, 1 + k % 2) for k in range(4)]
+    assert combine(NormalBatches(current), NormalBatches(new), start) == brute_force(current, new, start)
+
+
 def test_a_normal_update_alone_comes_back_as_it_is():
     new = [StateBatch(5, 9, ACKNOWLEDGED, 1), StateBatch(10, 10, AVAILABLE, 1), StateBatch(11, 19, ACKNOWLEDGED, 1)]
     assert combine((), new, 5) == new

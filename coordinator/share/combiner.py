@@ -91,7 +91,10 @@ def _splice(current, new, start_offset: int) -> list[StateBatch]:
     # No joins at the seams: the batches just outside [lo, hi] keep their state next to
     # batches that, in a normal state, already differ from them or do not touch them.
     window = current[i:j]
-    merged = _overlay(window, new, start_offset) if ordered else None
+    if not window and isinstance(new, NormalBatches) and (start_offset == -1 or new[0].first_offset >= start_offset):
+        merged = list(new)  # nothing of the state touches it (a write past the pruned state)
+    else:
+        merged = _overlay(window, new, start_offset) if ordered else None
     if merged is None:
         merged = _sweep(window, new, start_offset)
     return [*current[:i], *merged, *current[j:]]

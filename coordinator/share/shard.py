@@ -533,7 +533,7 @@ class ShareCoordinatorShard:
                         raise _PartitionError(ErrorCode.FENCED_STATE_EPOCH, FENCED_STATE_EPOCH_MESSAGE)
                     self._check_topic(topic.topic_id, p.partition)
                     batches = _batches(p.state_batches)
-                    if any(b.first_offset > b.last_offset for b in batches):
+                    if type(batches) is not NormalBatches and any(b.first_offset > b.last_offset for b in batches):
                         raise _PartitionError(ErrorCode.INVALID_REQUEST, INVERTED_STATE_BATCH)
                 except _PartitionError as e:
                     result.partitions.append(write_rsp.PartitionResult(p.partition, int(e.code), e.message))

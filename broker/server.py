@@ -65,6 +65,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport) -> None:
         self.transport = transport
+        self._writev = type(transport).__module__.startswith("uvloop")
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -194,10 +195,14 @@ class Connection(asyncio.Protocol):
     def _send(self, parts: list) -> None:
         """Write a response without joining its record data into one copy first.
 
-        Python 3.11's ``writelines`` joins every part into new bytes, and a partial send copies
-        the rest again: megabytes per ShareFetch or Fetch of large batches. Small parts are still
-        joined (one send for a small response); large ones go to ``write`` as they are, which
-        sends at once and copies only what the socket did not take."""
+        uvloop's ``writelines`` (the broker's loop) sends all parts with one writev and keeps
+        what the socket did not take without copying. asyncio's (in-process tests) joins every
+        part into new bytes, and a partial send copies the rest again: megabytes per ShareFetch
+        or Fetch of large batches. There small parts are joined and large ones go to ``write``
+        as they are, which sends at once and copies only what the socket did not take."""
+        if self._writev:
+            self.transport.writelines(parts)
+            return
         write = self.transport.write
         small: list = []
         for part in parts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 import time
 
@@ -54,6 +55,35 @@ def test_batches_come_back_byte_identical_apart_from_offset_and_epoch(broker, to
                 expected += stored
                 offset += headers_of(b)[0].records_count
             assert got == expected, version
+
+
+def test_large_pipelined_responses_reach_a_reader_with_a_small_window_intact(broker, topic_name):
+    """Responses bigger than the socket takes at once: the broker keeps the unsent rest of one
+    (uvloop's writelines holds views of its parts) while the next is answered behind it."""
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        sent = [batch([bytes([i]) * 1000 for _ in range(1000)]) for i in range(3)]  # ~1 MB each
+        for b in sent:
+            produce(c, topic_name, b)
+        sock = socket.create_connection(broker.bootstrap.rsplit(":", 1))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        reader = RawClient.__new__(RawClient)
+        reader.sock, reader.client_id, reader._correlation = sock, "slow-reader", 0
+        with reader:
+            frames = [reader.frame(FETCH, 12, fetch_request(topic_name, o, partition_max_bytes=8 << 20))
+                      for o in (0, 1000)]
+            reader.send_raw(b"".join(frames))
+            got = [reader.read_response(FETCH, 12) for _ in frames]
+        for resp, first in zip(got, (0, 1)):
+            (t,) = resp.responses
+            (p,) = t.partitions
+            expected = b""
+            for i, b in enumerate(sent[first:], first):
+                stored = bytearray(b)
+                struct.pack_into(">q", stored, 0, 1000 * i)
+                struct.pack_into(">i", stored, 12, 0)
+                expected += stored
+            assert bytes(p.records) == expected
 
 
 def test_partition_and_request_byte_limits_follow_kip_74(broker, topic_name):

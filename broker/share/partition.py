@@ -949,7 +949,7 @@ class SharePartition:
             e.members[a] = None
             e.pendings[a] = t.id
         else:
-            e.states[a:b] = bytes((target,)) * n
+            e.states[a:b] = _FILLS[target] * n
             e.members[a:b] = [None] * n
             e.pendings[a:b] = [t.id] * n
         if target >= ACKNOWLEDGED and not below:

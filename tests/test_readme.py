@@ -11,6 +11,8 @@ import pytest
 
 from broker import api_table
 from broker.handlers import REGISTRY, supported_api_versions
+from coordinator.group.broker_defaults import BROKER_CONFIG_DEFS
+from coordinator.group.configs import GROUP_CONFIG_DEFS
 from tests.broker_process import ROOT
 
 README = ROOT / "README.md"
@@ -97,6 +99,48 @@ def test_quickstart_runs(broker, topic_name):
     assert r.stdout.strip() == "[(0, 'key-0', 'hello 0'), (1, 'key-1', 'hello 1'), (2, 'key-2', 'hello 2')]"
     # The printed result in the README is the real one.
     assert "# [(0, 'key-0', 'hello 0'), (1, 'key-1', 'hello 1'), (2, 'key-2', 'hello 2')]" in quickstart_code()
+
+
+def share_groups_code() -> str:
+    (code,) = re.findall(r"```python\n(.*?)```", section("Share groups"), re.S)
+    return code
+
+
+SHARE_EXAMPLE_OUTPUT = "[('job-0', 1), ('job-1', 1), ('job-2', 1), ('job-2', 2), ('job-3', 1), ('job-4', 1)]"
+
+
+@pytest.mark.e2e
+def test_share_group_example_runs(broker, topic_name):
+    """The ShareConsumer example: a released job comes back once with delivery count 2."""
+    code = share_groups_code()
+    for line in ('BOOTSTRAP = "127.0.0.1:9092"', 'TOPIC = "jobs"', 'GROUP = "workers"'):
+        assert line in code
+    code = code.replace('BOOTSTRAP = "127.0.0.1:9092"', f'BOOTSTRAP = "{broker.bootstrap}"')
+    code = code.replace('TOPIC = "jobs"', f'TOPIC = "{topic_name}"')
+    code = code.replace('GROUP = "workers"', f'GROUP = "g-{topic_name}"')
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == SHARE_EXAMPLE_OUTPUT
+    assert f"# {SHARE_EXAMPLE_OUTPUT}" in share_groups_code()
+
+
+def test_share_group_config_table_matches_the_config_definitions():
+    """Every share-group config is in the table, and every default or bound quoted in the
+    section is the broker's."""
+    text = section("Share groups")
+    rows = re.findall(r"^\| `(share\.[a-z.]+)` \| (.*?) \|", text, re.M)
+    share_configs = sorted(n for n in GROUP_CONFIG_DEFS if n.startswith("share."))
+    assert sorted(name for name, _ in rows) == share_configs
+    for name, default in rows:
+        definition = GROUP_CONFIG_DEFS[name]
+        if definition.type == "string":
+            assert default == f"`{definition.default}`", name
+        else:
+            assert default.startswith(f"`group.{name}` ("), name
+    quoted = re.findall(r"`(group\.share\.[a-z.]+)` \((\d+)", text)
+    assert len(quoted) >= 12
+    for prop, value in quoted:
+        assert BROKER_CONFIG_DEFS[prop].default == int(value), prop
 
 
 def test_readme_is_packaged_metadata():

@@ -18,10 +18,12 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from tests.test_e2e_share_support import (
     LOCK_S,
     SHORT_LOCKS,
+    SHORT_SESSIONS,
     TIMEOUT,
     create_topic,
     describe,
@@ -322,3 +324,31 @@ def test_share_state_survives_a_broker_restart(private, topic_name):
     b = cs.new(group, topic_name, explicit=True)
     seen = only_marker(b, bootstrap, topic_name, b"marker", ack=True)
     assert [(m.offset(), m.delivery_count()) for m in seen] == [(6, 2), (7, 2), (8, 2), (9, 2), (10, 1)], describe(seen)
+
+
+def test_partitions_added_and_topics_deleted_while_consuming(private, topic_name):
+    """Partitions added to a subscribed topic bump the group epoch (again once their share
+    state is initialised), so a running consumer is assigned them at a later heartbeat;
+    deleting one of its topics leaves it consuming the other without errors."""
+    cs = private(SHORT_SESSIONS)  # 200 ms heartbeats: the new assignment arrives quickly
+    bootstrap = cs.broker.bootstrap
+    other = f"{topic_name}-other"
+    create_topic(bootstrap, topic_name)
+    create_topic(bootstrap, other)
+    group = earliest_group(bootstrap)
+    produce(bootstrap, topic_name, [b"a0"], partition=0)
+    produce(bootstrap, other, [b"o0"])
+    c = cs.new(group, [topic_name, other])
+    poll_until(c, has_values({b"a0", b"o0"}))
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin.create_partitions([NewPartitions(topic_name, 3)])[topic_name].result(TIMEOUT)
+    produce(bootstrap, topic_name, [b"a1"], partition=1)
+    produce(bootstrap, topic_name, [b"a2"], partition=2)
+    got = poll_until(c, has_values({b"a1", b"a2"}))
+    assert sorted(keys(got)) == [(1, 0), (2, 0)]
+
+    admin.delete_topics([other])[other].result(TIMEOUT)
+    produce(bootstrap, topic_name, [b"a3"], partition=0)
+    got = poll_until(c, has_values({b"a3"}))  # fails on any error message the deletion causes
+    assert [(m.topic(), m.partition(), m.offset()) for m in got] == [(topic_name, 0, 1)]

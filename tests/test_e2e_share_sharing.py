@@ -1,12 +1,16 @@
 """Several real ShareConsumers (one per thread) in one share group: together they receive every
-record exactly once, whether they outnumber the partitions or all share a single one."""
+record exactly once, whether they outnumber the partitions or all share a single one, and
+random acknowledgements from several of them keep the delivery rules."""
 
 from __future__ import annotations
 
+import random
+import threading
 import time
 from collections import Counter
 
 import pytest
+from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from tests.test_e2e_share_support import (
     TIMEOUT,
@@ -86,3 +90,98 @@ def test_more_consumers_than_partitions(broker, topic_name):
     assert_exactly_once(threads, {(p, o) for p in range(2) for o in range(per_partition * waves)})
     busy = [len(t.received) for t in threads]
     assert sum(1 for n in busy if n) >= 2, f"records per consumer: {busy}"
+
+
+DELIVERY_LIMIT = 5  # group.share.delivery.count.limit default
+
+
+class RandomAcker(threading.Thread):
+    """An explicit-mode consumer that accepts, releases or rejects each record at random
+    (seeded) and commits after every poll, logging (partition, offset) -> deliveries."""
+
+    def __init__(self, config: dict, topic: str, seed: int, log: dict, lock: threading.Lock) -> None:
+        super().__init__(daemon=True)
+        self.config, self.topic, self.rnd = config, topic, random.Random(seed)
+        self.log, self.lock = log, lock
+        self.errors: list = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        c = ShareConsumer(self.config)
+        try:
+            c.subscribe([self.topic])
+            while not self.stop.is_set():
+                messages = c.poll(0.1)
+                for m in messages:
+                    if m.error() is not None:
+                        self.errors.append(m.error())
+                        continue
+                    r = self.rnd.random()
+                    kind = AcknowledgeType.ACCEPT if r < 0.6 else AcknowledgeType.RELEASE if r < 0.9 else \
+                        AcknowledgeType.REJECT
+                    with self.lock:
+                        self.log.setdefault((m.partition(), m.offset()), []).append((m.delivery_count(), kind))
+                    c.acknowledge(m, kind)
+                if messages:
+                    failed = {tp: e for tp, e in c.commit_sync(TIMEOUT).items() if e is not None}
+                    if failed:
+                        self.errors.append(failed)
+        except Exception as e:  # noqa: BLE001  (surfaced by the test through ``errors``)
+            self.errors.append(e)
+        finally:
+            c.close()
+
+
+def test_random_acknowledgements_from_three_consumers_follow_the_delivery_rules(broker, topic_name):
+    """Three consumers accept (60%), release (30%) or reject (10%) each record at random. Every
+    record ends accepted or rejected once, or archived at the delivery limit; a released record
+    comes back with its delivery count one higher; nothing is delivered after it was finished."""
+    create_topic(broker.bootstrap, topic_name)
+    n = 2000
+    produce(broker.bootstrap, topic_name, [str(i).encode() for i in range(n)], one_per_batch=False)
+    group = earliest_group(broker.bootstrap)
+    log: dict[tuple[int, int], list] = {}
+    lock = threading.Lock()
+    threads = [
+        RandomAcker(consumer_config(broker.bootstrap, group, explicit=True,
+                                    extra={"max.poll.records": size, "fetch.wait.max.ms": 100}),
+                    topic_name, seed, log, lock)
+        for seed, size in ((1, 7), (2, 50), (3, 500))
+    ]
+
+    def finished(deliveries: list) -> bool:
+        count, kind = deliveries[-1]
+        return kind != AcknowledgeType.RELEASE or count >= DELIVERY_LIMIT
+
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 3 * TIMEOUT
+        while True:
+            with lock:
+                done = sum(1 for d in log.values() if finished(d))
+            if done == n:
+                break
+            assert not any(t.errors for t in threads), [t.errors for t in threads]
+            assert time.monotonic() < deadline, f"{done} of {n} records finished"
+            time.sleep(0.05)  # waiting on the consumer threads' progress (checked against a deadline)
+        # A record still (or wrongly) available below this marker is acquired no later than it.
+        produce(broker.bootstrap, topic_name, [b"marker"])
+        while (0, n) not in log:
+            assert not any(t.errors for t in threads), [t.errors for t in threads]
+            assert time.monotonic() < deadline, "the marker did not arrive"
+            time.sleep(0.05)
+    finally:
+        for t in threads:
+            t.stop.set()
+        for t in threads:
+            t.join(TIMEOUT)
+    assert not any(t.errors for t in threads), [t.errors for t in threads]
+    del log[(0, n)]
+    assert sorted(log) == [(0, o) for o in range(n)]
+    wrong = {k: d for k, d in log.items()
+             if [c for c, _ in d] != list(range(1, len(d) + 1))
+             or any(kind != AcknowledgeType.RELEASE for _, kind in d[:-1])
+             or not finished(d) or len(d) > DELIVERY_LIMIT}
+    assert not wrong, sorted(wrong.items())[:10]
+    assert sum(len(d) for d in log.values()) > n * 1.3  # releases were redelivered

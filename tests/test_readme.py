@@ -122,6 +122,14 @@ def test_share_group_example_runs(broker, topic_name):
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == SHARE_EXAMPLE_OUTPUT
     assert f"# {SHARE_EXAMPLE_OUTPUT}" in share_groups_code()
+    # What README says the admin CLI shows afterwards: START-OFFSET 2, LAG 0.
+    r = subprocess.run([sys.executable, "-m", "broker.tools.share_groups", "--bootstrap-server", broker.bootstrap,
+                        "--describe", "--group", f"g-{topic_name}"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-5:] == [f"g-{topic_name}", topic_name, "0", "2", "0"], r.stdout
+    assert "shows the group's lag: 0" in section("Share groups")
+    assert "(2 after the example above)" in section("Share groups: admin CLI")
 
 
 def test_share_group_config_table_matches_the_config_definitions():

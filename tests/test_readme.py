@@ -1,11 +1,11 @@
-"""The README stays true: its API table, its commands and its quickstart are checked here."""
+"""The README stays true: its API table, its commands, its examples and its share-group config
+table are checked here."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

@@ -95,41 +95,28 @@ def test_more_consumers_than_partitions(broker, topic_name):
 DELIVERY_LIMIT = 5  # group.share.delivery.count.limit default
 
 
-class RandomAcker(threading.Thread):
+class RandomAcker(ConsumerThread):
     """An explicit-mode consumer that accepts, releases or rejects each record at random
     (seeded) and commits after every poll, logging (partition, offset) -> deliveries."""
 
     def __init__(self, config: dict, topic: str, seed: int, log: dict, lock: threading.Lock) -> None:
-        super().__init__(daemon=True)
-        self.config, self.topic, self.rnd = config, topic, random.Random(seed)
-        self.log, self.lock = log, lock
-        self.errors: list = []
-        self.stop = threading.Event()
+        super().__init__(config, topic)
+        self.rnd, self.log, self.lock = random.Random(seed), log, lock
 
-    def run(self) -> None:
-        c = ShareConsumer(self.config)
-        try:
-            c.subscribe([self.topic])
-            while not self.stop.is_set():
-                messages = c.poll(0.1)
-                for m in messages:
-                    if m.error() is not None:
-                        self.errors.append(m.error())
-                        continue
-                    r = self.rnd.random()
-                    kind = AcknowledgeType.ACCEPT if r < 0.6 else AcknowledgeType.RELEASE if r < 0.9 else \
-                        AcknowledgeType.REJECT
-                    with self.lock:
-                        self.log.setdefault((m.partition(), m.offset()), []).append((m.delivery_count(), kind))
-                    c.acknowledge(m, kind)
-                if messages:
-                    failed = {tp: e for tp, e in c.commit_sync(TIMEOUT).items() if e is not None}
-                    if failed:
-                        self.errors.append(failed)
-        except Exception as e:  # noqa: BLE001  (surfaced by the test through ``errors``)
-            self.errors.append(e)
-        finally:
-            c.close()
+    def handle(self, consumer: ShareConsumer, messages: list) -> None:
+        for m in messages:
+            if m.error() is not None:
+                self.errors.append(m.error())
+                continue
+            r = self.rnd.random()
+            kind = AcknowledgeType.ACCEPT if r < 0.6 else AcknowledgeType.RELEASE if r < 0.9 else AcknowledgeType.REJECT
+            with self.lock:
+                self.log.setdefault((m.partition(), m.offset()), []).append((m.delivery_count(), kind))
+            consumer.acknowledge(m, kind)
+        if messages:
+            failed = {tp: e for tp, e in consumer.commit_sync(TIMEOUT).items() if e is not None}
+            if failed:
+                self.errors.append(failed)
 
 
 def test_random_acknowledgements_from_three_consumers_follow_the_delivery_rules(broker, topic_name):

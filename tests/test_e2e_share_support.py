@@ -175,7 +175,8 @@ def has_values(wanted: set[bytes]) -> Callable[[list], bool]:
 
 class ConsumerThread(threading.Thread):
     """Polls its own ShareConsumer (implicit acknowledgement) until ``stop`` is set, then closes it.
-    ``received`` is (partition, offset, value) per record, appended as it arrives."""
+    ``received`` is (partition, offset, value) per record, appended as it arrives; subclasses
+    handle each poll's records differently by overriding ``handle``."""
 
     def __init__(self, config: dict, topic: str) -> None:
         super().__init__(daemon=True)
@@ -190,15 +191,18 @@ class ConsumerThread(threading.Thread):
         try:
             c.subscribe([self.topic])
             while not self.stop.is_set():
-                for m in c.poll(0.1):
-                    if m.error() is not None:
-                        self.errors.append(m.error())
-                    else:
-                        self.received.append((m.partition(), m.offset(), m.value()))
+                self.handle(c, c.poll(0.1))
         except Exception as e:  # noqa: BLE001  (surfaced by the test through ``errors``)
             self.errors.append(e)
         finally:
             c.close()
+
+    def handle(self, consumer: ShareConsumer, messages: list) -> None:
+        for m in messages:
+            if m.error() is not None:
+                self.errors.append(m.error())
+            else:
+                self.received.append((m.partition(), m.offset(), m.value()))
 
 
 # A consumer in a subprocess: explicit acknowledgement, never acknowledges. It prints one JSON

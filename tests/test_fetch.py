@@ -65,11 +65,8 @@ def test_large_pipelined_responses_reach_a_reader_with_a_small_window_intact(bro
         sent = [batch([bytes([i]) * 1000 for _ in range(1000)]) for i in range(3)]  # ~1 MB each
         for b in sent:
             produce(c, topic_name, b)
-        sock = socket.create_connection(broker.bootstrap.rsplit(":", 1))
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
-        reader = RawClient.__new__(RawClient)
-        reader.sock, reader.client_id, reader._correlation = sock, "slow-reader", 0
-        with reader:
+        with RawClient(broker.bootstrap, "slow-reader") as reader:
+            reader.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
             frames = [reader.frame(FETCH, 12, fetch_request(topic_name, o, partition_max_bytes=8 << 20))
                       for o in (0, 1000)]
             reader.send_raw(b"".join(frames))

@@ -57,12 +57,18 @@ def combine(current: Iterable[StateBatch], new: Iterable[StateBatch], start_offs
     """Fold ``new`` into ``current``; ``start_offset == -1`` means "do not prune"."""
     current = current if isinstance(current, (tuple, list)) else tuple(current)
     new = new if isinstance(new, (tuple, list)) else tuple(new)
-    if not current and len(new) > 1 and (isinstance(new, NormalBatches) or _normal(new)) \
-            and (start_offset == -1 or new[0].first_offset >= start_offset):
+    if not current and len(new) > 1 and _as_it_is(new, start_offset):
         return list(new)
     if new and len(current) >= SPLICE_ABOVE and (isinstance(current, NormalBatches) or _normal(current)):
         return _splice(current, new, start_offset)
     return _sweep(current, new, start_offset)
+
+
+def _as_it_is(new, start_offset: int) -> bool:
+    """Whether non-empty ``new`` alone is already the answer where no state is: normal, and
+    nothing of it below the start offset."""
+    return (isinstance(new, NormalBatches) or _normal(new)) \
+        and (start_offset == -1 or new[0].first_offset >= start_offset)
 
 
 def _normal(batches) -> bool:
@@ -91,7 +97,7 @@ def _splice(current, new, start_offset: int) -> list[StateBatch]:
     # No joins at the seams: the batches just outside [lo, hi] keep their state next to
     # batches that, in a normal state, already differ from them or do not touch them.
     window = current[i:j]
-    if not window and isinstance(new, NormalBatches) and (start_offset == -1 or new[0].first_offset >= start_offset):
+    if not window and _as_it_is(new, start_offset):
         merged = list(new)  # nothing of the state touches it (a write past the pruned state)
     else:
         merged = _overlay(window, new, start_offset) if ordered else None

@@ -30,6 +30,7 @@ from tests.test_e2e_share_support import (
     earliest_group,
     has_values,
     keys,
+    members_of,
     offsets,
     poll_for,
     poll_until,
@@ -304,6 +305,42 @@ def test_subscription_to_a_topic_created_later(broker, consumers, topic_name):
     produce(broker.bootstrap, topic_name, [b"p1"], partition=1)
     got = poll_until(c, has_values({b"p0", b"p1"}))
     assert sorted(keys(got)) == [(0, 0), (1, 0)]
+
+
+def assignments(bootstrap: str, group: str) -> list[dict[str, list[int]]]:
+    return [{t.topic_name: sorted(t.partitions) for t in m.assignment.topic_partitions}
+            for m in members_of(bootstrap, group)]
+
+
+def test_resubscribing_moves_the_assignment_and_unsubscribing_leaves(broker, consumers, topic_name):
+    """subscribe() to another topic moves the member's assignment there: records produced to the
+    old topic afterwards stay for the group. unsubscribe() leaves the group, and subscribing
+    again rejoins it and gets those records on their first delivery."""
+    bootstrap = broker.bootstrap
+    other = f"{topic_name}-other"
+    create_topic(bootstrap, topic_name)
+    create_topic(bootstrap, other)
+    group = earliest_group(bootstrap)
+    produce(bootstrap, topic_name, [b"a0"])
+    c = consumers.new(group, topic_name)
+    poll_until(c, has_values({b"a0"}))
+
+    c.subscribe([other])
+    produce(bootstrap, other, [b"b0"])
+    poll_until(c, has_values({b"b0"}))
+    assert assignments(bootstrap, group) == [{other: [0]}]
+    produce(bootstrap, topic_name, [b"a1"])
+    got = only_marker(c, bootstrap, other, b"b1")
+    assert [m.value() for m in got] == [b"b1"]
+
+    c.unsubscribe()
+    deadline = time.monotonic() + TIMEOUT
+    while members_of(bootstrap, group):  # the leave heartbeat goes out in the background
+        assert time.monotonic() < deadline, assignments(bootstrap, group)
+        time.sleep(0.05)
+    c.subscribe([topic_name])
+    got = poll_until(c, has_values({b"a1"}))
+    assert [(m.value(), m.delivery_count()) for m in got] == [(b"a1", 1)]
 
 
 def test_share_state_survives_a_broker_restart(private, topic_name):

@@ -28,6 +28,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
+from tests.raw_client import RawClient
+
 TIMEOUT = 20.0  # seconds for any single wait; tests finish far sooner when the broker behaves
 
 # Lock-expiry tests run their own broker with the shortest lock Kafka allows.
@@ -94,6 +97,14 @@ def produce(bootstrap: str, topic: str, values: Iterable, *, partition: int | No
         p.poll(0)
     assert p.flush(TIMEOUT) == 0, "produce did not finish"
     assert errors == [], errors
+
+
+def members_of(bootstrap: str, group: str) -> list:
+    """The group's members as ShareGroupDescribe reports them (confluent-kafka 2.16's
+    AdminClient cannot describe share groups); none for an unknown group."""
+    with RawClient(bootstrap) as c:
+        (g,) = c.request(77, 1, ShareGroupDescribeRequest(group_ids=[group])).groups
+    return g.members if g.error_code == 0 else []
 
 
 def consumer_config(bootstrap: str, group: str, *, explicit: bool = False, extra: dict | None = None) -> dict:

@@ -21,13 +21,13 @@ from protocol.messages.describe_share_group_offsets_request import (
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsRequestGroup,
 )
-from protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
 from tests.broker_process import ROOT
 from tests.raw_client import RawClient
 from tests.test_e2e_share_support import (
     TIMEOUT,
     create_topic,
     earliest_group,
+    members_of,
     poll_until,
     produce,
     shared_consumers,
@@ -72,12 +72,6 @@ def share_offsets(bootstrap: str, group: str) -> dict:
             DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=None)])).groups
     assert g.error_code == 0, g
     return {(t.topic_name, p.partition_index): (p.start_offset, p.lag) for t in g.topics for p in t.partitions}
-
-
-def members_of(bootstrap: str, group: str):
-    with RawClient(bootstrap) as c:
-        (g,) = c.request(77, 1, ShareGroupDescribeRequest(group_ids=[group])).groups
-    return g.members if g.error_code == 0 else []
 
 
 def wait_for_assignment(bootstrap, group, consumers_, partitions: int) -> None:

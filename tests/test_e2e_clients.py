@@ -1,6 +1,7 @@
 """Real clients end to end: confluent-kafka (idempotent, every codec), kafka-python and aiokafka
 producers write one partition; confluent-kafka and kafka-python consumers (assign, explicit
-offsets, no commits) read every record back with identical keys, values, headers and timestamps."""
+offsets, no commits) read every record back with identical keys, values, headers and timestamps.
+Each client's transactional producer is refused at once, as README says."""
 
 from __future__ import annotations
 
@@ -143,3 +144,40 @@ def test_every_client_and_codec_round_trips_byte_identical(broker, topic_name):
     # a consumer starting in the middle of a compressed batch gets records from its offset on
     middle = PER_CLIENT * 3 + 5
     assert consume_confluent(broker.bootstrap, topic_name, 10, offset=middle) == want[middle:middle + 10]
+
+
+def test_transactional_producers_are_refused_at_once(broker):
+    """kshare has no transactions: each client's transactional producer fails fast with the fatal
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53), well inside its own 10 s timeout, rather than
+    retrying until it times out."""
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import TransactionalIdAuthorizationFailed
+    from confluent_kafka import KafkaError, KafkaException, Producer
+    from kafka import KafkaProducer
+    from kafka.errors import TransactionalIdAuthorizationFailedError
+
+    t0 = time.monotonic()
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "e2e-txn-ck", "log_level": 0})
+    with pytest.raises(KafkaException) as refused:
+        p.init_transactions(10)
+    err = refused.value.args[0]
+    assert (err.code(), err.fatal()) == (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, True)
+
+    kp = KafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="e2e-txn-kp", max_block_ms=10000)
+    try:
+        with pytest.raises(TransactionalIdAuthorizationFailedError):
+            kp.init_transactions()
+    finally:
+        kp.close(0)
+
+    async def aiokafka_start() -> None:
+        ap = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, transactional_id="e2e-txn-aio",
+                              request_timeout_ms=10000)
+        try:
+            with pytest.raises(TransactionalIdAuthorizationFailed):
+                await ap.start()
+        finally:
+            await ap.stop()
+
+    asyncio.run(aiokafka_start())
+    assert time.monotonic() - t0 < 10

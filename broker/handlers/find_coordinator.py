@@ -2,9 +2,10 @@
 
 Key types (Kafka 4.2 CoordinatorType): GROUP 0 answers this broker for any group id; SHARE 2
 (``groupId:topicId:partition``, only from v6) answers this broker too, the share coordinator
-being in-process, and a malformed key is INVALID_REQUEST; TRANSACTION 1 is
-COORDINATOR_NOT_AVAILABLE (no transaction coordinator yet; retriable, as Kafka answers while
-``__transaction_state`` does not exist); any other type is INVALID_REQUEST.
+being in-process, and a malformed key is INVALID_REQUEST; TRANSACTION 1 answers this broker as
+well, so a transactional producer goes on to InitProducerId and gets the fatal refusal there
+(a retriable error here would keep ``init_transactions()`` retrying until it times out, with no
+cause given); any other type is INVALID_REQUEST.
 v0-3 carry one key (and, like Kafka, the message "NONE" on success); v4+ a batch of keys, each
 with its own error and node (-1, "", -1 on error).
 """
@@ -24,10 +25,8 @@ GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
 def _lookup(version: int, key_type: int, key: str) -> ErrorCode:
-    if key_type == GROUP:
+    if key_type in (GROUP, TRANSACTION):
         return ErrorCode.NONE
-    if key_type == TRANSACTION:
-        return ErrorCode.COORDINATOR_NOT_AVAILABLE
     if key_type == SHARE:
         if version < 6:
             return ErrorCode.INVALID_REQUEST

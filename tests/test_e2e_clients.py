@@ -181,3 +181,22 @@ def test_transactional_producers_are_refused_at_once(broker):
 
     asyncio.run(aiokafka_start())
     assert time.monotonic() - t0 < 10
+
+
+def test_a_classic_consumer_group_gets_a_clear_error(broker, topic_name):
+    """Consumer groups are not served: a subscribing confluent-kafka Consumer is told why (README)."""
+    from confluent_kafka import Consumer
+
+    from tests.test_e2e_share_support import create_topic
+
+    create_topic(broker.bootstrap, topic_name)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"cg-{topic_name}", "log_level": 0})
+    try:
+        c.subscribe([topic_name])
+        deadline = time.monotonic() + 20
+        while (m := c.poll(0.5)) is None:
+            assert time.monotonic() < deadline, "no error within 20 s"
+        assert m.error() is not None and "JoinGroup failed" in m.error().str(), m.error()
+        assert "Required feature not supported by broker" in m.error().str()
+    finally:
+        c.close()

@@ -14,12 +14,14 @@ import pytest
 from confluent_kafka import (
     TIMESTAMP_CREATE_TIME,
     AcknowledgeType,
+    Consumer,
     IllegalStateException,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewPartitions
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
+from tests.raw_client import RawClient
 from tests.test_e2e_share_support import (
     LOCK_S,
     SHORT_LOCKS,
@@ -39,6 +41,8 @@ from tests.test_e2e_share_support import (
     shared_consumers,
     unique_group,
 )
+from tests.test_share_admin_rpcs import offsets as group_offsets
+from tests.test_share_admin_rpcs import rows
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -389,3 +393,44 @@ def test_partitions_added_and_topics_deleted_while_consuming(private, topic_name
     produce(bootstrap, topic_name, [b"a3"], partition=0)
     got = poll_until(c, has_values({b"a3"}))  # fails on any error message the deletion causes
     assert [(m.topic(), m.partition(), m.offset()) for m in got] == [(topic_name, 0, 1)]
+
+
+def test_retention_deletes_records_a_group_has_in_flight(private, topic_name):
+    """Retention moves the log start past records a consumer holds and one it released: the held
+    record's acceptance still commits cleanly (Kafka skips acknowledgements below the start
+    offset), the released one is archived rather than redelivered, and the group goes on from
+    the new log start with no lag left."""
+    cs = private({"log.retention.check.interval.ms": "100"})
+    bootstrap = cs.broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    # segment.ms=1: the next append rolls the segment, which then expires at once (old timestamps)
+    admin.create_topics([NewTopic(topic_name, 1, 1, config={"segment.ms": "1", "retention.ms": "60000"})]
+                        )[topic_name].result(TIMEOUT)
+    produce(bootstrap, topic_name, [(None, f"a{i}".encode(), None, T0) for i in range(4)], one_per_batch=False)
+    group = earliest_group(bootstrap)
+    c = cs.new(group, topic_name, explicit=True)
+    held = poll_until(c, lambda got: len(got) >= 4)
+    for m in held[:2]:
+        c.acknowledge(m, AcknowledgeType.ACCEPT)
+    c.acknowledge(held[2], AcknowledgeType.RELEASE)
+    assert all(tp.error is None for tp in c.commit_sync(TIMEOUT))
+
+    produce(bootstrap, topic_name, [f"b{i}".encode() for i in range(3)], one_per_batch=False)
+    watermarks = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks", "log_level": 3})
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while watermarks.get_watermark_offsets(TopicPartition(topic_name, 0), TIMEOUT)[0] != 4:
+            assert time.monotonic() < deadline, "retention never deleted the first segment"
+            time.sleep(0.05)
+    finally:
+        watermarks.close()
+
+    c.acknowledge(held[3], AcknowledgeType.ACCEPT)
+    assert all(tp.error is None for tp in c.commit_sync(TIMEOUT))
+    got = poll_until(c, lambda got: len(got) >= 3, on_message=lambda m: c.acknowledge(m, AcknowledgeType.ACCEPT))
+    assert [(m.offset(), m.value(), m.delivery_count()) for m in got] == [
+        (4, b"b0", 1), (5, b"b1", 1), (6, b"b2", 1)]
+    assert all(tp.error is None for tp in c.commit_sync(TIMEOUT))
+    with RawClient(bootstrap) as client:
+        ((_start, _epoch, lag, error),) = rows(group_offsets(client, group, {topic_name: [0]})).values()
+    assert (lag, error) == (0, 0)

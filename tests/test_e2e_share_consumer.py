@@ -38,6 +38,7 @@ from tests.test_e2e_share_support import (
     poll_until,
     private_consumers,
     produce,
+    set_group_configs,
     shared_consumers,
     unique_group,
 )
@@ -269,6 +270,29 @@ def test_auto_offset_reset_earliest_and_latest(broker, consumers, topic_name):
     earliest = consumers.new(earliest_group(broker.bootstrap), topic_name)
     got = poll_until(earliest, has_values(set(before) | set(after)))
     assert sorted(offsets(got)) == list(range(len(before) + len(after)))
+
+
+def test_auto_offset_reset_by_duration(broker, consumers, topic_name):
+    """share.auto.offset.reset=by_duration:PT1H starts at the first record at most an hour old;
+    a group whose window holds no record gets nothing, and starts at the next record produced."""
+    now = int(time.time() * 1000)
+    old = [(None, f"old-{i}".encode(), None, now - 7_200_000) for i in range(3)]
+    create_topic(broker.bootstrap, topic_name)
+    produce(broker.bootstrap, topic_name, old + [(None, f"new-{i}".encode(), None, now - 60_000) for i in range(3)])
+    group = unique_group()
+    set_group_configs(broker.bootstrap, group, {"share.auto.offset.reset": "by_duration:PT1H"})
+    c = consumers.new(group, topic_name)
+    got = poll_until(c, has_values({b"new-0", b"new-1", b"new-2"}))
+    assert sorted(offsets(got)) == [3, 4, 5]
+
+    other = f"{topic_name}-old"
+    create_topic(broker.bootstrap, other)
+    produce(broker.bootstrap, other, old)
+    group = unique_group()
+    set_group_configs(broker.bootstrap, group, {"share.auto.offset.reset": "by_duration:PT1H"})
+    c = consumers.new(group, other)
+    got = only_marker(c, broker.bootstrap, other, b"marker")
+    assert [(m.offset(), m.value()) for m in got] == [(3, b"marker")]
 
 
 def test_per_record_acknowledgements_inside_compressed_batches(broker, consumers, topic_name):

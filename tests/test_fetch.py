@@ -32,6 +32,19 @@ from tests.test_produce_support import (
 )
 
 
+def as_stored(batches: list[bytes], offset: int = 0) -> bytes:
+    """Produced batches as the broker stores and serves them: base offsets assigned from
+    ``offset`` on, partition leader epoch 0."""
+    out = b""
+    for b in batches:
+        stored = bytearray(b)
+        struct.pack_into(">q", stored, 0, offset)
+        struct.pack_into(">i", stored, 12, 0)
+        out += stored
+        offset += headers_of(b)[0].records_count
+    return out
+
+
 def test_batches_come_back_byte_identical_apart_from_offset_and_epoch(broker, topic_name):
     with RawClient(broker.bootstrap) as c:
         topic_id = create_topic(c, topic_name).topic_id
@@ -45,16 +58,7 @@ def test_batches_come_back_byte_identical_apart_from_offset_and_epoch(broker, to
             assert part.high_watermark == part.last_stable_offset == 3
             assert part.log_start_offset == (0 if version >= 5 else -1)  # a v5 field
             assert part.aborted_transactions is None
-            got = bytes(part.records)
-            expected = b""
-            offset = 0
-            for b in sent:
-                stored = bytearray(b)
-                struct.pack_into(">q", stored, 0, offset)  # base offset assigned by the broker
-                struct.pack_into(">i", stored, 12, 0)  # partition leader epoch 0
-                expected += stored
-                offset += headers_of(b)[0].records_count
-            assert got == expected, version
+            assert bytes(part.records) == as_stored(sent), version
 
 
 def test_large_pipelined_responses_reach_a_reader_with_a_small_window_intact(broker, topic_name):
@@ -74,13 +78,7 @@ def test_large_pipelined_responses_reach_a_reader_with_a_small_window_intact(bro
         for resp, first in zip(got, (0, 1)):
             (t,) = resp.responses
             (p,) = t.partitions
-            expected = b""
-            for i, b in enumerate(sent[first:], first):
-                stored = bytearray(b)
-                struct.pack_into(">q", stored, 0, 1000 * i)
-                struct.pack_into(">i", stored, 12, 0)
-                expected += stored
-            assert bytes(p.records) == expected
+            assert bytes(p.records) == as_stored(sent[first:], 1000 * first)
 
 
 def test_partition_and_request_byte_limits_follow_kip_74(broker, topic_name):

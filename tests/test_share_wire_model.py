@@ -266,10 +266,10 @@ class ShareWire(RuleBasedStateMachine):
             return
         code, changes = self._expected_ack(m.member_id, acks, renew)
         event(f"acknowledge: {code.name}")
-        results = {(t.topic_id, p.partition_index): p.error_code for t in resp.responses for p in t.partitions}
-        assert results.get(self.tp, ErrorCode.NONE) == code, (results, acks, renew)
+        results = parts(resp)
+        assert (results[self.tp].error_code if self.tp in results else ErrorCode.NONE) == code, (results, acks, renew)
         if stranger:
-            assert results[bogus] == ErrorCode.UNKNOWN_TOPIC_ID
+            assert results[bogus].error_code == ErrorCode.UNKNOWN_TOPIC_ID
         self._apply(changes)
         if epoch == -1:
             self._close(m)

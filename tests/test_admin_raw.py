@@ -76,6 +76,33 @@ def metadata(client, name):
     return resp.topics[0]
 
 
+# --- Metadata -----------------------------------------------------------------------------------
+
+
+def test_metadata_topic_ids_from_v12_and_invalid_before(client, topic_name):
+    """v12 looks topics up by id. v10-11 carry the id field but Kafka refuses it there, and a null
+    name, for the whole request (KafkaApis throws InvalidRequestException and answers with
+    MetadataRequest.getErrorResponse: every topic INVALID_REQUEST, a null name as "")."""
+    create(client, topic(topic_name))
+    known = metadata(client, topic_name).topic_id
+    unknown = uuid.uuid4()
+
+    def ask(version, *entries):
+        topics = [MetadataRequestTopic(name=n, topic_id=i) for n, i in entries]
+        resp = client.request(METADATA, version, MetadataRequest(topics=topics, allow_auto_topic_creation=False))
+        return [(t.name, t.topic_id, t.error_code) for t in resp.topics], resp
+
+    rows, _ = ask(12, (None, known), (None, unknown), (None, ZERO_UUID))
+    assert rows == [(topic_name, known, 0), (None, unknown, 100), (None, ZERO_UUID, 42)]
+    for version in (10, 11):
+        rows, resp = ask(version, (topic_name, ZERO_UUID), (None, ZERO_UUID))
+        assert rows == [(topic_name, ZERO_UUID, 42), ("", ZERO_UUID, 42)] and resp.brokers == []
+        rows, _ = ask(version, (topic_name, known))
+        assert rows == [(topic_name, known, 42)]
+        rows, _ = ask(version, (topic_name, ZERO_UUID))
+        assert rows == [(topic_name, known, 0)]  # the connection is still served
+
+
 # --- CreateTopics -------------------------------------------------------------------------------
 
 def test_create_topics_v7_result_carries_id_counts_and_configs(client, topic_name):

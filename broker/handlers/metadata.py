@@ -44,10 +44,21 @@ def _error_topic(code: ErrorCode, name, topic_id=ZERO_UUID) -> MetadataResponseT
     return MetadataResponseTopic(error_code=code, name=name, topic_id=topic_id)
 
 
+def _invalid_request(req) -> MetadataResponse:
+    """Kafka's answer when v10-11 name a topic by id or by a null name (ids are served from
+    v12): every requested topic with INVALID_REQUEST, a null name as "", and no brokers."""
+    return MetadataResponse(topics=[
+        MetadataResponseTopic(error_code=ErrorCode.INVALID_REQUEST, name=t.name or "", topic_id=t.topic_id)
+        for t in req.topics
+    ])
+
+
 async def handle(ctx, req) -> MetadataResponse:
     broker = ctx.broker
     v = ctx.api_version
     include_ops = req.include_topic_authorized_operations
+    if v < 12 and req.topics and any(t.name is None or t.topic_id != ZERO_UUID for t in req.topics):
+        return _invalid_request(req)
     topics = []
     # v0 uses an empty list for "all topics"; later versions use null.
     if req.topics is None or (v == 0 and not req.topics):
@@ -56,7 +67,7 @@ async def handle(ctx, req) -> MetadataResponse:
         allow_create = broker.config["auto.create.topics.enable"] and (v < 4 or req.allow_auto_topic_creation)
         for t in req.topics:
             if t.name is None:
-                if v < 12 or t.topic_id == ZERO_UUID:
+                if t.topic_id == ZERO_UUID:
                     topics.append(_error_topic(ErrorCode.INVALID_REQUEST, None, t.topic_id))
                     continue
                 topic = broker.topics.by_id(t.topic_id)

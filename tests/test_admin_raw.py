@@ -7,6 +7,8 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from confluent_kafka import KafkaException, ShareConsumer
+from confluent_kafka.admin import AdminClient
 
 from protocol.messages.alter_configs_request import AlterableConfig, AlterConfigsRequest, AlterConfigsResource
 from protocol.messages.create_partitions_request import (
@@ -36,6 +38,14 @@ from protocol.messages.metadata_request import MetadataRequest, MetadataRequestT
 from protocol.primitives import ZERO_UUID
 from protocol.uuids import uuid_to_str
 from tests.raw_client import RawClient
+from tests.test_e2e_share_support import (
+    consumer_config,
+    create_topic,
+    earliest_group,
+    has_values,
+    poll_until,
+    produce,
+)
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
@@ -278,6 +288,54 @@ def test_delete_topics_disabled(broker_factory):
             resp = c.request(DELETE_TOPICS, version, req)
             assert [(r.name, r.error_code) for r in resp.responses] == [("keep", code)]
         assert metadata(c, "keep").error_code == 0
+
+
+@pytest.mark.needs_private_broker
+def test_coordinator_topics_are_neither_deleted_nor_grown(broker_factory):
+    """Deleting ``__consumer_offsets`` or ``__share_group_state`` (by name or id, raw or through
+    confluent-kafka's AdminClient, as a clean-up of every listed topic does) or adding partitions
+    to them is refused; a share group keeps working and the topics keep their ids and sizes."""
+    b = broker_factory()
+    internal = ("__consumer_offsets", "__share_group_state")
+    with RawClient(b.bootstrap) as c:
+        before = {name: metadata(c, name) for name in internal}
+        ids = {name: t.topic_id for name, t in before.items()}
+        resp = c.request(DELETE_TOPICS, 6, DeleteTopicsRequest(topics=[
+            DeleteTopicState(name="__consumer_offsets", topic_id=ZERO_UUID),
+            DeleteTopicState(name=None, topic_id=ids["__share_group_state"]),
+        ]))
+        assert sorted((r.name, r.topic_id, r.error_code, r.error_message) for r in resp.responses) == [
+            (name, ids[name], 44, f"Topic {name} holds the share groups' state; kshare does not allow it to be "
+                                  "deleted.") for name in internal]
+        resp = c.request(DELETE_TOPICS, 1, DeleteTopicsRequest(topic_names=list(internal)))
+        assert sorted((r.name, r.error_code) for r in resp.responses) == [(name, 44) for name in internal]
+        for validate_only in (True, False):
+            resp = c.request(CREATE_PARTITIONS, 3, CreatePartitionsRequest(topics=[
+                CreatePartitionsTopic(name=name, count=60, assignments=None) for name in internal
+            ], timeout_ms=5000, validate_only=validate_only))
+            assert [(r.name, r.error_code, r.error_message) for r in resp.results] == [
+                (name, 44, f"Topic {name} holds the share groups' state; kshare does not allow it to be given more "
+                           "partitions.") for name in internal]
+
+    admin = AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 3})
+    for future in admin.delete_topics(list(internal), operation_timeout=10).values():
+        with pytest.raises(KafkaException) as refused:
+            future.result(30)
+        assert refused.value.args[0].code() == 44  # librdkafka's DeleteTopics v4 has no message
+    create_topic(b.bootstrap, "work")
+    produce(b.bootstrap, "work", [b"a", b"b"])
+    consumer = ShareConsumer(consumer_config(b.bootstrap, earliest_group(b.bootstrap)))
+    try:
+        consumer.subscribe(["work"])
+        poll_until(consumer, has_values({b"a", b"b"}))
+    finally:
+        consumer.close()
+    with RawClient(b.bootstrap) as c:
+        after = {name: metadata(c, name) for name in internal}
+    assert {n: (t.topic_id, len(t.partitions)) for n, t in after.items()} == {
+        n: (t.topic_id, len(t.partitions)) for n, t in before.items()}
+    log = b.log()
+    assert "Traceback" not in log and "refused to delete __consumer_offsets" in log
 
 
 # --- CreatePartitions ---------------------------------------------------------------------------

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Callable, Iterable
 
 from protocol.errors import ErrorCode, KafkaError
+
+from ..topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE
+
+log = logging.getLogger("kshare.admin")
 
 # Kafka's default messages (Errors.java), used where Kafka answers with ``error.message()``.
 DEFAULT_MESSAGES = {
@@ -19,6 +24,24 @@ DEFAULT_MESSAGES = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
     ErrorCode.UNKNOWN_TOPIC_ID: "This server does not host this topic ID.",
 }
+
+
+# The internal topics the coordinators keep their state in. A group's (share-partition's) records
+# live in the partition its key hashes to over the topic's partition count, so more partitions
+# would strand them at the next start, and deleting the topic takes every share group with it.
+# Kafka's broker allows both (its kafka-topics.sh refuses to delete internal topics); kshare
+# refuses them, with POLICY_VIOLATION, instead of losing groups.
+COORDINATOR_TOPICS = frozenset({CONSUMER_OFFSETS, SHARE_GROUP_STATE})
+
+
+_REFUSED = {"delete": "deleted", "grow": "given more partitions"}
+
+
+def coordinator_topic_refusal(name: str, action: str) -> KafkaError:
+    """``action``: "delete" or "grow"."""
+    log.info("refused to %s %s: it holds the share groups' state", action, name)
+    return KafkaError(ErrorCode.POLICY_VIOLATION,
+                      f"Topic {name} holds the share groups' state; kshare does not allow it to be {_REFUSED[action]}.")
 
 
 def default_message(code: ErrorCode) -> str:

@@ -1,7 +1,8 @@
 """CreatePartitions: grow a topic (never shrink), optionally with manual assignments.
 
 Messages follow Kafka's ReplicationControlManager.createPartitions; on one broker the only valid
-assignment for a new partition is ``[node id]``. validate_only checks without growing.
+assignment for a new partition is ``[node id]``. validate_only checks without growing. The
+coordinators' topics keep their partition count (POLICY_VIOLATION; see ``_admin``).
 """
 
 from __future__ import annotations
@@ -9,7 +10,13 @@ from __future__ import annotations
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.create_partitions_response import CreatePartitionsResponse, CreatePartitionsTopicResult
 
-from ._admin import MAX_PARTITIONS_PER_BATCH, check_manual_assignment, duplicates
+from ._admin import (
+    COORDINATOR_TOPICS,
+    MAX_PARTITIONS_PER_BATCH,
+    check_manual_assignment,
+    coordinator_topic_refusal,
+    duplicates,
+)
 
 API_KEY = 37
 MIN_VERSION, MAX_VERSION = 0, 3
@@ -19,6 +26,8 @@ def _grow(broker, req_topic, validate_only: bool) -> None:
     topic = broker.topics.get(req_topic.name)
     if topic is None:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+    if topic.name in COORDINATOR_TOPICS:
+        raise coordinator_topic_refusal(topic.name, "grow")
     current, count = topic.partitions, req_topic.count
     if count == current:
         raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partition(s).")

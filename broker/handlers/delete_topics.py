@@ -3,8 +3,9 @@
 Follows Kafka's ControllerApis.deleteTopics: names or ids given twice, an entry with both or
 neither, and a name that maps to an id also given are INVALID_REQUEST; unknown names are
 UNKNOWN_TOPIC_OR_PARTITION, unknown ids UNKNOWN_TOPIC_ID. With ``delete.topic.enable=false``
-every topic fails: TOPIC_DELETION_DISABLED from v3, INVALID_REQUEST before. Like Kafka, internal
-topics may be deleted (their owners recreate them); a topic created again later gets a new id.
+every topic fails: TOPIC_DELETION_DISABLED from v3, INVALID_REQUEST before. The coordinators'
+topics (``__consumer_offsets``, ``__share_group_state``) are refused with POLICY_VIOLATION, where
+Kafka would delete them and every share group with them. A topic created again gets a new id.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.delete_topics_response import DeletableTopicResult, DeleteTopicsResponse
 from protocol.primitives import ZERO_UUID
 
-from ._admin import default_message
+from ._admin import COORDINATOR_TOPICS, coordinator_topic_refusal, default_message
 
 API_KEY = 20
 MIN_VERSION, MAX_VERSION = 1, 6
@@ -86,6 +87,10 @@ async def handle(ctx, req) -> DeleteTopicsResponse:
             id_to_name[topic.topic_id] = name
 
     for topic_id, name in id_to_name.items():
+        if name in COORDINATOR_TOPICS:
+            refusal = coordinator_topic_refusal(name, "delete")
+            out.append(_result(name, topic_id, refusal.code, refusal.message))
+            continue
         broker.topics.delete(name)
         out.append(_result(name, topic_id))
     return DeleteTopicsResponse(responses=out)

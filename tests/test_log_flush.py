@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
 import os
 import threading
 
 import pytest
 
+from broker.log import segment
 from broker.log.config import LogConfig
 from broker.log.file import FileLogStore
 from broker.log.store import KafkaStorageError
 
-from .test_log_support import TOPIC_ID, FakeClock, append, make_batch
+from .test_log_support import TOPIC_ID, FakeClock, append, make_batch, stored_model
 
 
 class CountingFsync:
@@ -183,3 +186,60 @@ async def test_failed_fsync_takes_the_log_offline(tmp_path, caplog):
         await log.flush()
     await store.close()  # does not hang; no clean-shutdown marker after a failed flush
     assert not (tmp_path / ".kafka_cleanshutdown").exists()
+
+
+async def test_a_full_disk_refuses_appends_without_tearing_the_log(tmp_path, caplog, monkeypatch):
+    """A write that fails part-way (ENOSPC after some bytes) is cut off again: the log keeps its
+    offsets and bytes, appends get KafkaStorageError and succeed again, at the next offset, once
+    the disk has room. Unlike a failed fsync, nothing acknowledged went missing, so the log stays
+    online. The trouble is logged when it starts and ends, at most once a minute (a nearly full
+    disk takes small batches and refuses big ones)."""
+    clock = FakeClock()
+    store = make(tmp_path, CountingFsync(), clock)
+    log = store.create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(2, tag=1))
+    before = stored_model(log)
+    real_pwrite = segment.os.pwrite
+
+    def half_then_full(fd, data, position):
+        if len(data) > 8:
+            return real_pwrite(fd, bytes(data)[: len(data) // 2], position)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def disk_full(full: bool) -> None:
+        monkeypatch.setattr(segment.os, "pwrite", half_then_full if full else real_pwrite)
+
+    def refused(times: int) -> None:
+        for _ in range(times):
+            with pytest.raises(KafkaStorageError, match="No space left"):
+                append(log, make_batch(3, tag=2))
+
+    def reports() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+    caplog.set_level(logging.INFO, logger="broker.log.partition")
+    disk_full(True)
+    refused(3)
+    assert (log.end_offset, stored_model(log)) == (2, before)
+    assert (tmp_path / "t-0" / f"{0:020d}.log").stat().st_size == len(before[0][2])
+    disk_full(False)
+    assert append(log, make_batch(3, tag=3)).first_offset == 2
+    assert [(base, last) for base, last, _ in stored_model(log)] == [(0, 1), (2, 4)]
+    first_error = "write to t-0 failed (1 append(s) refused since the last report): [Errno 28] No space left"
+    assert [m[:len(first_error)] for m in reports()] == [first_error, "writes to t-0 succeed again"]
+
+    disk_full(True)  # flapping within the minute: counted, not logged
+    refused(1)
+    disk_full(False)
+    append(log, make_batch(1))
+    assert len(reports()) == 2
+    clock.now += 60_000
+    disk_full(True)
+    refused(1)
+    disk_full(False)
+    append(log, make_batch(1))
+    later = reports()[2:]
+    assert later[0].startswith("write to t-0 failed (4 append(s) refused") and later[1:] == [
+        "writes to t-0 succeed again"]
+    await log.flush()
+    await store.close()

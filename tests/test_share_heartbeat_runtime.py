@@ -4,6 +4,7 @@ timer, departures, topic changes, group configs, and the order of persisted reco
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from broker.log import LogConfig
 from broker.log.memory import MemoryLogStore
+from broker.log.store import KafkaStorageError
 from broker.topics import TopicRegistry
 from coordinator.group.config_store import FILE_NAME, GroupConfigStore
 from coordinator.group.runtime import GroupCoordinatorRuntime, group_broker_properties
@@ -200,16 +202,22 @@ async def test_writes_are_persisted_in_the_order_they_were_made(tmp_path):
     assert a.member_epoch < resp.member_epoch
 
 
-async def test_a_failed_persist_answers_coordinator_not_available(tmp_path):
+@pytest.mark.parametrize("failure, traceback", [
+    (OSError("disk gone"), True),  # unexpected: logged with its traceback
+    (KafkaStorageError("write to __consumer_offsets-0 failed: No space left on device"), False),  # the log's to report
+])
+async def test_a_failed_persist_answers_coordinator_not_available(tmp_path, caplog, failure, traceback):
     runtime, topics, _, _ = make(tmp_path)
     topics.create("orders", 1)
 
     async def broken(records):
-        raise OSError("disk gone")
+        raise failure
 
     runtime._persist = broken
+    caplog.set_level(logging.INFO, logger="kshare.group_coordinator")
     resp = await hb(runtime, A, 0, ["orders"])
     assert resp.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert [r.exc_info is not None for r in caplog.records if r.levelno >= logging.WARNING] == [True] * traceback
     runtime._persist = lambda records: asyncio.sleep(0)
     assert (await hb(runtime, B, 0, ["orders"])).error_code == 0  # later writes go on
 

@@ -39,6 +39,7 @@ from .store import (
 )
 
 log = logging.getLogger(__name__)
+WRITE_FAILURE_REPORT_INTERVAL_MS = 60_000
 
 _pack_int64 = struct.Struct(">q").pack_into  # base offset, the first header field
 _pack_int32 = struct.Struct(">i").pack_into  # partition leader epoch, at byte 12
@@ -89,6 +90,12 @@ class Log:
         rp = end if recovery_point is None else min(recovery_point, end)
         self._committer = GroupCommit(self._prepare_flush, durable=rp, executor=executor)
         self._flush_requested = end  # offsets below were flushed or a flush was asked for
+        # Failed writes (a full disk): reported when they start and when they end, at most once
+        # a minute, since a nearly full disk takes small batches and refuses big ones.
+        self._write_failing = False
+        self._write_failing_reported = False  # an error was logged since the writes began failing
+        self._write_failures_unreported = 0
+        self._write_failure_reported_ms: int | None = None
         self._last_flush_ms = clock_ms()
         self._dir_dirty = False
         self._sync_paths: list[str] = []  # files/dirs to fsync with the next flush
@@ -210,7 +217,12 @@ class Log:
             seg.data.write(data, seg.size)
         except OSError as e:
             self._undo_partial_write(seg)
+            self._write_failed(e)
             raise KafkaStorageError(f"write to {self.topic}-{self.partition} failed: {e}") from e
+        if self._write_failing:
+            if self._write_failing_reported:
+                log.warning("writes to %s-%d succeed again", self.topic, self.partition)
+            self._write_failing = self._write_failing_reported = False
 
         if seg.size == 0:
             seg.rolling_timestamp = first_batch_ts
@@ -231,6 +243,18 @@ class Log:
         return AppendInfo(
             first, offset - 1, -1 if stamp is None else stamp, self.start_offset, needs_flush
         )
+
+    def _write_failed(self, error: OSError) -> None:
+        self._write_failing = True
+        self._write_failures_unreported += 1
+        now = self._clock_ms()
+        last = self._write_failure_reported_ms
+        if last is None or now - last >= WRITE_FAILURE_REPORT_INTERVAL_MS:
+            log.error("write to %s-%d failed (%d append(s) refused since the last report): %s; appends get "
+                      "KAFKA_STORAGE_ERROR until one succeeds", self.topic, self.partition,
+                      self._write_failures_unreported, error)
+            self._write_failure_reported_ms, self._write_failures_unreported = now, 0
+            self._write_failing_reported = True
 
     def _undo_partial_write(self, seg: Segment) -> None:
         try:

@@ -44,6 +44,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Mapping, Protocol, Union
 
+from broker.log.store import KafkaStorageError
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.share_group_heartbeat_response import ShareGroupHeartbeatResponse
 
@@ -294,9 +295,10 @@ class GroupCoordinatorRuntime:
         if shard.generation != generation or self._stopped:
             return
         shard.coordinator, shard.state, shard.loading = coordinator, ShardState.ACTIVE, None
-        log.info("loaded %s-%d: %d share group(s) from %d record(s) up to offset %d in %.0f ms", CONSUMER_OFFSETS,
-                 shard.partition, len(coordinator.group_ids()), summary.replayed, summary.end_offset,
-                 (time.monotonic() - started) * 1000)
+        log.log(logging.INFO if generation == 0 else logging.DEBUG,  # later loads are rebuilds after failed writes
+                "loaded %s-%d: %d share group(s) from %d record(s) up to offset %d in %.0f ms", CONSUMER_OFFSETS,
+                shard.partition, len(coordinator.group_ids()), summary.replayed, summary.end_offset,
+                (time.monotonic() - started) * 1000)
         self._activate(shard)
 
     async def _load_partition(self, partition: int, coordinator: ShareGroupCoordinator) -> LoadSummary:
@@ -759,9 +761,13 @@ class GroupCoordinatorRuntime:
                 if records:
                     try:
                         await self._persist(records)
-                    except Exception:
-                        log.exception("persisting %d share-group record(s) to %s-%d failed; rebuilding its groups "
-                                      "from the log", len(records), CONSUMER_OFFSETS, shard.partition)
+                    except Exception as e:
+                        if _storage_error(e):  # a full disk: the log reports it, once, not per write
+                            log.debug("persisting %d share-group record(s) to %s-%d failed (%s); rebuilding its "
+                                      "groups from the log", len(records), CONSUMER_OFFSETS, shard.partition, e)
+                        else:
+                            log.exception("persisting %d share-group record(s) to %s-%d failed; rebuilding its "
+                                          "groups from the log", len(records), CONSUMER_OFFSETS, shard.partition)
                         await self._rebuild(shard)
                         raise
                 persisted = True
@@ -854,6 +860,10 @@ class GroupCoordinatorRuntime:
             if records:
                 self._queue(shard, records)
             self._initialize_groups(shard, shard.coordinator.group_ids())
+
+
+def _storage_error(e: Exception) -> bool:
+    return isinstance(e, KafkaStorageError) or getattr(e, "code", None) == ErrorCode.KAFKA_STORAGE_ERROR
 
 
 class Coordinators:

@@ -268,7 +268,9 @@ class ShareCoordinatorService:
     def _write_failed(api: _Api, sub, e: BaseException):
         code = getattr(e, "code", None)
         mapped = _WRITE_ERRORS.get(code, code) if code is not None else ErrorCode.UNKNOWN_SERVER_ERROR
-        log.warning("%s failed to write to the log: %s", api.operation, e)
+        # A storage error is the log's to report (once, not per write; see broker.log.partition).
+        level = logging.DEBUG if code == ErrorCode.KAFKA_STORAGE_ERROR else logging.WARNING
+        log.log(level, "%s failed to write to the log: %s", api.operation, e)
         return _error_response(api, sub, mapped, f"Unable to {api.operation}: {e}")
 
 

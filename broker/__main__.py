@@ -25,6 +25,10 @@ class StartupError(Exception):
     """The broker could not start for a reason other than its configuration (e.g. a port in use)."""
 
 
+class ShutdownError(Exception):
+    """A step of the graceful stop failed (e.g. a full disk); the others still ran."""
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="kshare-broker", description="Run a kshare broker (Kafka protocol, share groups).")
     ap.add_argument("--host", help="interface to listen on (default 127.0.0.1; sets listeners)")
@@ -84,7 +88,10 @@ async def serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) ->
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    broker = Broker(config, metrics_address=metrics)
+    try:
+        broker = Broker(config, metrics_address=metrics)
+    except OSError as e:  # a data directory that is a file, not writable, on a full disk, ...
+        raise StartupError(f"cannot open the data directory {config.data_dir}: {e}") from None
     try:
         host, port = await broker.start()
     except OSError as e:
@@ -97,7 +104,8 @@ async def serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) ->
         print(f"kshare metrics on {broker.metrics_bound[0]}:{broker.metrics_bound[1]}", flush=True)
     print(f"kshare listening on {host}:{port}", flush=True)
     await stop.wait()
-    await broker.stop()
+    if not await broker.stop():
+        raise ShutdownError("the broker stopped with errors (logged above); the next start recovers its logs")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"kshare-broker: {e}", file=sys.stderr)
         return 2
-    except StartupError as e:
+    except (StartupError, ShutdownError) as e:
         print(f"kshare-broker: {e}", file=sys.stderr)
         return 1
     return 0

@@ -136,14 +136,22 @@ class Broker:
         )
         return bound_host, bound_port
 
-    async def stop(self) -> None:
+    async def stop(self) -> bool:
+        """Stop serving, then close every owner of state. A step that fails (a snapshot or a
+        checkpoint on a full disk) is logged and the later ones still run, so the logs are
+        flushed whatever happened before. False if any step failed."""
         log.info("shutting down: finishing in-flight requests")
         self.partitions.begin_shutdown()
-        await self.server.stop()
-        await self.metrics.close()
-        await self.group_coordinator.stop()
-        await self.share_manager.close()
-        await self.share_coordinator_runtime.stop()
-        await self.partitions.close()
-        await self.store.close()
-        log.info("shutdown complete")
+        ok = True
+        for step in (self.server.stop, self.metrics.close, self.group_coordinator.stop, self.share_manager.close,
+                     self.share_coordinator_runtime.stop, self.partitions.close, self.store.close):
+            try:
+                await step()
+            except Exception:
+                log.exception("shutting down: %s failed; going on", step.__qualname__)
+                ok = False
+        if ok:
+            log.info("shutdown complete")
+        else:
+            log.warning("shutdown finished with errors")
+        return ok

@@ -199,6 +199,17 @@ def test_port_in_use_fails_with_a_clear_message(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_unusable_data_dir_fails_with_a_clear_message(tmp_path):
+    """A data directory that cannot be made (here: under a regular file; also a full disk or a
+    read-only mount) stops the start with the path and the reason, not a traceback."""
+    (tmp_path / "file").write_text("not a directory")
+    data = tmp_path / "file" / "data"
+    r = cli("--port", "0", "--data-dir", str(data))
+    assert r.returncode == 1
+    assert f"kshare-broker: cannot open the data directory {data}: [Errno 20] Not a directory" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_bad_value_in_config_file_names_it(tmp_path):
     props = tmp_path / "server.properties"
     props.write_text("socket.request.max.bytes=lots\n")

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.log.checkpoint import CLEAN_SHUTDOWN_MARKER
+from broker.log.file import FileLogStore
 from tests.raw_client import RawClient
+from tests.test_log_support import blob, make_batch
 from tests.test_produce_support import batch, create_topic, fetch, headers_of, produce, records_of
 
 
@@ -108,3 +114,25 @@ def test_torn_tail_is_truncated_at_start_up(broker_factory, topic_name):
         assert [r.value for r in records_of(part.records)] == [b"v%d" % i for i in range(4) for _ in range(3)]
         assert produce(c, topic_name, batch([b"again"])).base_offset == 12
     assert "truncating the log to offset 12" in b.log()
+
+
+async def test_a_failing_shutdown_step_still_flushes_and_closes_the_logs(tmp_path, caplog):
+    """A full disk can fail the share coordinator's final snapshot; the graceful stop logs it,
+    goes on to flush and close every log (with Kafka's clean-shutdown marker, since the logs are
+    whole), and reports the failure so kshare-broker exits 1."""
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"}))
+    await b.start()
+    b.topics.create("t", 1)
+    b.partitions.append(b.store.get("t", 0), *blob(make_batch(3)))
+
+    async def full_disk():
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    b.share_coordinator_runtime.stop = full_disk
+    assert await b.stop() is False
+    assert "shutting down: " in caplog.text and "No space left on device" in caplog.text
+    assert "shutdown finished with errors" in caplog.text
+    assert (tmp_path / "data" / CLEAN_SHUTDOWN_MARKER).exists()  # the store still closed cleanly
+    reopened = FileLogStore(str(tmp_path / "data"))
+    assert reopened.get("t", 0).end_offset == 3
+    await reopened.close()

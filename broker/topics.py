@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 from protocol.errors import ErrorCode, KafkaError
 from protocol.uuids import random_uuid, uuid_from_str, uuid_to_str
 
+from .config import ConfigError
 from .log import LogConfig, LogStore
 from .log.checkpoint import fsync_dir, write_atomically
 
@@ -85,12 +86,21 @@ class TopicRegistry:
         return os.path.join(self.data_dir, REGISTRY_FILE)
 
     def _load(self) -> None:
+        """Read the registry and reconcile the store with it. The registry is written before a
+        topic's directories and before they are deleted, so a partition of no listed topic is
+        a deletion cut short or someone else's data: like Kafka, keep it as a stray log."""
         if os.path.exists(self._path):
-            with open(self._path) as f:
-                data = json.load(f)
-            for name, t in data.get("topics", {}).items():
-                topic = Topic(name, uuid_from_str(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
-                self._index(topic)
+            try:
+                with open(self._path, encoding="utf-8") as f:
+                    data = json.load(f)
+                for name, t in data.get("topics", {}).items():
+                    topic = Topic(name, uuid_from_str(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
+                    self._index(topic)
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise ConfigError(f"{self._path} is damaged ({e!r}); restore it from a backup") from None
+        elif any(True for _ in self.store.partitions()):
+            raise ConfigError(f"{self._path} is missing but {self.data_dir} holds partition directories; restore "
+                              "it from a backup, or move them away to start empty")
         known = set()
         for topic in self._by_name.values():
             cfg = self._log_config(topic.configs)
@@ -98,13 +108,16 @@ class TopicRegistry:
                 known.add((topic.name, p))
                 existing = self.store.get(topic.name, p)
                 if existing is not None and existing.topic_id not in (None, topic.topic_id):
-                    log.warning("%s-%d on disk belongs to an older topic id; removing it", topic.name, p)
-                    self.store.delete(topic.name, p)
+                    self._keep_stray(topic.name, p, "its directory belongs to an older topic id")
                 self.store.create(topic.name, p, topic.topic_id, cfg)
         for lg in list(self.store.partitions()):
             if (lg.topic, lg.partition) not in known:
-                log.warning("removing %s-%d: no such topic in %s", lg.topic, lg.partition, REGISTRY_FILE)
-                self.store.delete(lg.topic, lg.partition)
+                self._keep_stray(lg.topic, lg.partition, f"no such topic in {REGISTRY_FILE}")
+
+    def _keep_stray(self, topic: str, partition: int, why: str) -> None:
+        kept = self.store.mark_stray(topic, partition)
+        log.warning("%s-%d: %s; not serving it%s", topic, partition, why,
+                    f", its data is kept in {kept}" if kept else "")
 
     def _save(self) -> None:
         data = {

@@ -18,6 +18,7 @@ from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 from tests.broker_process import ROOT
 from tests.raw_client import RawClient
+from tests.test_e2e_share_support import set_group_configs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.needs_private_broker]
 
@@ -266,6 +267,24 @@ def test_damaged_meta_properties_refuses_to_start(tmp_path):
     assert r.returncode == 2
     assert "meta.properties" in r.stderr and "damaged" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("name, message", [
+    ("kshare-topics.json", "kshare-topics.json is damaged"),
+    ("kshare-group-configs.json", "kshare-group-configs.json is damaged"),
+])
+def test_damaged_registry_files_refuse_to_start(broker_factory, name, message):
+    """kshare's own metadata files (Kafka keeps these in its metadata log) that do not parse stop
+    the start with exit 2 and the file's name, and are left for the operator to restore."""
+    b = broker_factory()
+    set_group_configs(b.bootstrap, "g", {"share.auto.offset.reset": "earliest"})
+    assert b.stop() == 0
+    (b.data_dir / name).write_text("{")
+    r = cli("--port", "0", "--data-dir", str(b.data_dir))
+    assert r.returncode == 2
+    assert message in r.stderr and "restore it from a backup" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert (b.data_dir / name).read_text() == "{"
 
 
 # --- logging ---------------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _SEGMENT_NAME = re.compile(r"(\d{20})\.(log|index|timeindex)")
 _LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 DELETE_DIR_SUFFIX = "-delete"
+STRAY_DIR_SUFFIX = "-stray"  # a partition of no known topic, kept for the operator (Kafka 3.7+)
 IGNORED_TOPICS = frozenset({"__cluster_metadata"})  # KRaft's metadata log is not ours
 
 
@@ -118,6 +119,9 @@ class FileLogStore:
             if name.endswith(DELETE_DIR_SUFFIX):
                 log.info("removing partially deleted %s", path)
                 shutil.rmtree(path, ignore_errors=True)
+                continue
+            if name.endswith(STRAY_DIR_SUFFIX):
+                log.warning("keeping stray log %s: not served; remove it once its data is not needed", path)
                 continue
             tp = parse_partition_dir_name(name)
             if tp is None or tp[0] in IGNORED_TOPICS:
@@ -359,6 +363,19 @@ class FileLogStore:
             os.rename(path, tomb)
             shutil.rmtree(tomb, ignore_errors=True)
         self._write_checkpoints(fsync=False)
+
+    def mark_stray(self, topic: str, partition: int) -> str | None:
+        lg = self._logs.pop((topic, partition), None)
+        if lg is not None:
+            lg.close()
+        path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
+        if not os.path.isdir(path):
+            return None
+        kept = f"{path}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
+        os.rename(path, kept)
+        fsync_dir(self.data_dir)
+        self._write_checkpoints(fsync=False)
+        return kept
 
     def partitions(self) -> Iterable[Log]:
         return list(self._logs.values())

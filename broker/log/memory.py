@@ -71,6 +71,10 @@ class MemoryLogStore:
             for seg in lg.segments:
                 seg.data.delete()
 
+    def mark_stray(self, topic: str, partition: int) -> str | None:
+        self.delete(topic, partition)  # nothing outlives the process to keep
+        return None
+
     def partitions(self) -> Iterable[Log]:
         return list(self._logs.values())
 

@@ -23,6 +23,10 @@ FORMAT_VERSION = 1
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
+class DamagedConfigStore(ValueError):
+    """The file does not parse: the broker must not start and later overwrite it."""
+
+
 class GroupConfigStore:
     """Overrides by group id. ``data_dir`` None keeps them in memory only (tests)."""
 
@@ -34,13 +38,17 @@ class GroupConfigStore:
     def _load(self) -> None:
         if self._path is None or not os.path.exists(self._path):
             return
-        with open(self._path, encoding="utf-8") as f:
-            data = json.load(f)
-        if data.get("version") != FORMAT_VERSION:
-            raise ValueError(f"{self._path}: unsupported version {data.get('version')!r}")
-        for group_id, props in data.get("groups", {}).items():
-            if props:
-                self._groups[group_id] = MappingProxyType({str(k): str(v) for k, v in props.items()})
+        try:
+            with open(self._path, encoding="utf-8") as f:
+                data = json.load(f)
+            if data.get("version") != FORMAT_VERSION:
+                raise ValueError(f"unsupported version {data.get('version')!r}")
+            for group_id, props in data.get("groups", {}).items():
+                if props:
+                    self._groups[group_id] = MappingProxyType({str(k): str(v) for k, v in props.items()})
+        except (ValueError, AttributeError, TypeError) as e:
+            raise DamagedConfigStore(f"{self._path} is damaged ({e!r}); restore it from a backup, or remove "
+                                     "it to reset every group's configs") from None
 
     def _save(self, groups: Mapping[str, Mapping[str, str]]) -> None:
         if self._path is None:

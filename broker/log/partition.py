@@ -92,8 +92,7 @@ class Log:
         self._flush_requested = end  # offsets below were flushed or a flush was asked for
         # Failed writes (a full disk): reported when they start and when they end, at most once
         # a minute, since a nearly full disk takes small batches and refuses big ones.
-        self._write_failing = False
-        self._write_failing_reported = False  # an error was logged since the writes began failing
+        self._write_failure_reported = False  # and no write succeeded since
         self._write_failures_unreported = 0
         self._write_failure_reported_ms: int | None = None
         self._last_flush_ms = clock_ms()
@@ -219,10 +218,9 @@ class Log:
             self._undo_partial_write(seg)
             self._write_failed(e)
             raise KafkaStorageError(f"write to {self.topic}-{self.partition} failed: {e}") from e
-        if self._write_failing:
-            if self._write_failing_reported:
-                log.warning("writes to %s-%d succeed again", self.topic, self.partition)
-            self._write_failing = self._write_failing_reported = False
+        if self._write_failure_reported:
+            self._write_failure_reported = False
+            log.warning("writes to %s-%d succeed again", self.topic, self.partition)
 
         if seg.size == 0:
             seg.rolling_timestamp = first_batch_ts
@@ -245,7 +243,6 @@ class Log:
         )
 
     def _write_failed(self, error: OSError) -> None:
-        self._write_failing = True
         self._write_failures_unreported += 1
         now = self._clock_ms()
         last = self._write_failure_reported_ms
@@ -254,7 +251,7 @@ class Log:
                       "KAFKA_STORAGE_ERROR until one succeeds", self.topic, self.partition,
                       self._write_failures_unreported, error)
             self._write_failure_reported_ms, self._write_failures_unreported = now, 0
-            self._write_failing_reported = True
+            self._write_failure_reported = True
 
     def _undo_partial_write(self, seg: Segment) -> None:
         try:

@@ -762,12 +762,10 @@ class GroupCoordinatorRuntime:
                     try:
                         await self._persist(records)
                     except Exception as e:
-                        if _storage_error(e):  # a full disk: the log reports it, once, not per write
-                            log.debug("persisting %d share-group record(s) to %s-%d failed (%s); rebuilding its "
-                                      "groups from the log", len(records), CONSUMER_OFFSETS, shard.partition, e)
-                        else:
-                            log.exception("persisting %d share-group record(s) to %s-%d failed; rebuilding its "
-                                          "groups from the log", len(records), CONSUMER_OFFSETS, shard.partition)
+                        quiet = _storage_error(e)  # a full disk: the log reports it, once, not per write
+                        log.log(logging.DEBUG if quiet else logging.ERROR, "persisting %d share-group record(s) "
+                                "to %s-%d failed; rebuilding its groups from the log", len(records),
+                                CONSUMER_OFFSETS, shard.partition, exc_info=not quiet)
                         await self._rebuild(shard)
                         raise
                 persisted = True

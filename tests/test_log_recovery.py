@@ -148,7 +148,7 @@ def test_active_segment_indexes_are_saved_again_after_more_appends(tmp_path):
         assert (f.read(), expected[1]) == expected and expected[1] > 5
 
 
-def test_missing_or_garbled_indexes_are_rebuilt(tmp_path):
+def test_missing_or_garbled_indexes_are_rebuilt(tmp_path, caplog):
     store = open_file_store(tmp_path, segment_bytes=800, index_interval_bytes=50)
     log = store.create("t", 0, TOPIC_ID, None)
     fill(log, 30)
@@ -160,9 +160,12 @@ def test_missing_or_garbled_indexes_are_rebuilt(tmp_path):
         f.write(struct.pack(">ii", 5, 3))  # entry pointing into the middle of a batch
     with open(seg_path(tmp_path, "t-0", segs[2], ".timeindex"), "ab") as f:
         f.write(b"\x00" * 5)  # not a whole entry
+    caplog.set_level(logging.WARNING, logger="broker.log.file")
     store = open_file_store(tmp_path, segment_bytes=800, index_interval_bytes=50)
     log = store.get("t", 0)
     assert stored_model(log) == before
+    rebuilt = [r.getMessage().split(":")[0] for r in caplog.records if "rebuilding indexes" in r.getMessage()]
+    assert rebuilt == [seg_path(tmp_path, "t-0", base, ".index") for base in segs[1:3]]  # a missing one is quiet
     for seg in log.segments:
         raw = seg.data.read(0, seg.size)
         for rel, pos in zip(seg.index.offsets, seg.index.positions):

@@ -263,6 +263,8 @@ class FileLogStore:
             if error.startswith("tail: "):
                 return error[len("tail: ") :]
             log.warning("%s: %s, rebuilding indexes", seg.data.path(".index"), error)
+        elif raw_index is not None and raw_time is not None:
+            log.warning("%s: entries that cannot index this segment, rebuilding indexes", seg.data.path(".index"))
         return scan_segment(seg, file_size, interval, validate=False)
 
     def _make_log(

@@ -14,6 +14,7 @@ from protocol.uuids import random_uuid, uuid_from_str, uuid_to_str
 
 from .config import ConfigError, read_properties
 from .log.checkpoint import write_atomically
+from .topics import REGISTRY_FILE  # written at every start (the internal topics)
 
 META_FILE = "meta.properties"
 
@@ -41,6 +42,9 @@ def load_or_create(data_dir: str, node_id: int) -> MetaProperties:
                 "If you moved your data, make sure your configured node id matches."
             )
         return MetaProperties(stored, cluster_id, props.get("directory.id", ""))
+    if os.path.exists(os.path.join(data_dir, REGISTRY_FILE)):  # not a first start: the identity was lost
+        raise ConfigError(f"{path} is missing but {data_dir} holds a broker's data; restore it from a backup "
+                          "rather than give that data a new cluster id")
     os.makedirs(data_dir, exist_ok=True)
     meta = MetaProperties(node_id, uuid_to_str(random_uuid()), uuid_to_str(random_uuid()))
     text = (

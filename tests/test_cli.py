@@ -269,6 +269,18 @@ def test_damaged_meta_properties_refuses_to_start(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_lost_meta_properties_refuses_to_start(broker_factory):
+    """meta.properties is made at the first start; gone beside a broker's data, it is not made
+    again (that data would get a new cluster id, and any node id could open it)."""
+    b = broker_factory()
+    assert b.stop() == 0
+    (b.data_dir / "meta.properties").unlink()
+    r = cli("--port", "0", "--data-dir", str(b.data_dir))
+    assert r.returncode == 2
+    assert "meta.properties is missing but" in r.stderr and "Traceback" not in r.stderr
+    assert not (b.data_dir / "meta.properties").exists()
+
+
 @pytest.mark.parametrize("name, message", [
     ("kshare-topics.json", "kshare-topics.json is damaged"),
     ("kshare-group-configs.json", "kshare-group-configs.json is damaged"),

@@ -61,18 +61,25 @@ class GroupCommit:
 
     async def _run(self) -> None:
         try:
-            offset, job = self._prepare()
+            try:
+                offset, job = self._prepare()
+            except OSError as e:
+                # No descriptor to sync with (e.g. too many open files): nothing was synced and
+                # nothing lost, so this round fails and a later one tries again.
+                log.warning("flush could not start, a later one retries: %r", e)
+                raise KafkaStorageError(f"flush could not start: {e}") from e
             self.rounds += 1
             if job is not None:
-                await asyncio.get_running_loop().run_in_executor(self.executor, job)
+                try:
+                    await asyncio.get_running_loop().run_in_executor(self.executor, job)
+                except Exception as e:
+                    # After a failed fsync the kernel may have dropped dirty pages: never retry and
+                    # pretend the data is safe (Kafka takes the log dir offline for the same reason).
+                    self.failure = e
+                    log.error("flush failed, log is now offline: %r", e)
+                    raise KafkaStorageError(f"flush failed: {e}") from e
             if offset > self.durable:
                 self.durable = offset
-        except Exception as e:
-            # After a failed fsync the kernel may have dropped dirty pages: never retry and
-            # pretend the data is safe (Kafka takes the log dir offline for the same reason).
-            self.failure = e
-            log.error("flush failed, log is now offline: %r", e)
-            raise KafkaStorageError(f"flush failed: {e}") from e
         finally:
             self._running = None
 

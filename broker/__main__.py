@@ -6,12 +6,15 @@ import argparse
 import asyncio
 import gc
 import logging
+import resource
 import signal
 import sys
 
 import uvloop
 
 from .config import BrokerConfig, ConfigError, read_properties
+
+log = logging.getLogger("kshare.broker")
 
 # The cyclic collector's young-generation threshold (CPython's default is 700). A request
 # allocates containers that live until it is answered (hundreds of run tuples for one
@@ -108,6 +111,20 @@ async def serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) ->
         raise ShutdownError("the broker stopped with errors (logged above); the next start recovers its logs")
 
 
+def raise_open_files_limit() -> None:
+    """Take the hard limit on open files, as the JVM under Kafka does (MaxFDLimit): a log holds a
+    descriptor per segment and each client a socket, so a 1024 soft limit (systemd's default)
+    runs out with a few hundred partitions, and a flush that cannot open its files fails."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("raised the open files limit from %d to %d", soft, target)
+        except (ValueError, OSError) as e:
+            log.warning("could not raise the open files limit from %d: %s", soft, e)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(
@@ -116,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = build_config(args)
         gc.set_threshold(*GC_THRESHOLDS)
+        raise_open_files_limit()
         uvloop.run(serve(config, metrics_address(args)))
     except ConfigError as e:
         print(f"kshare-broker: {e}", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -328,23 +329,24 @@ def test_log_level(tmp_path, level, info, warning):
 # --- readiness and signals -------------------------------------------------------------------------
 
 SIGTERM_WHEN_READY = """
-import builtins, gc, os, signal, sys
+import builtins, gc, os, resource, signal, sys
 from broker import __main__ as cli
 real_print = builtins.print
 def print_then_sigterm(*args, **kwargs):
     real_print(*args, **kwargs)
     if args and str(args[0]).startswith("kshare listening"):
         real_print("gc thresholds", *gc.get_threshold(), flush=True)
+        real_print("open files", *resource.getrlimit(resource.RLIMIT_NOFILE), flush=True)
         os.kill(os.getpid(), signal.SIGTERM)  # the earliest moment a supervisor could stop us
 builtins.print = print_then_sigterm
 sys.exit(cli.main(sys.argv[1:]))
 """
 
 
-def stop_when_ready(tmp_path) -> subprocess.CompletedProcess:
+def stop_when_ready(tmp_path, preexec_fn=None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", SIGTERM_WHEN_READY, "--port", "0", "--data-dir", str(tmp_path / "data")],
-        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60, preexec_fn=preexec_fn,
     )
 
 
@@ -361,3 +363,17 @@ def test_the_broker_runs_with_its_gc_thresholds(tmp_path):
     assert GC_THRESHOLDS[0] > 700
     r = stop_when_ready(tmp_path)
     assert f"gc thresholds {' '.join(map(str, GC_THRESHOLDS))}" in r.stdout, r.stdout
+
+
+def test_the_broker_takes_the_hard_limit_on_open_files(tmp_path):
+    """Started with systemd's soft limit of 1024 open files (or lower), the broker raises it to
+    the hard limit, as the JVM does for Kafka: descriptors for segments and sockets run out
+    otherwise."""
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard <= 256:
+        pytest.skip(f"the hard limit here is {hard}: nothing to raise")
+    r = stop_when_ready(tmp_path, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)))
+    assert r.returncode == 0, r.stderr
+    expected = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    assert f"open files {expected} {hard}" in r.stdout, r.stdout
+    assert f"raised the open files limit from 256 to {expected}" in r.stderr

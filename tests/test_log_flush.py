@@ -7,12 +7,13 @@ import errno
 import logging
 import os
 import threading
+from concurrent.futures import Executor, Future
 
 import pytest
 
 from broker.log import segment
 from broker.log.config import LogConfig
-from broker.log.file import FileLogStore
+from broker.log.file import FINAL_FLUSHES_AT_ONCE, FileLogStore
 from broker.log.store import KafkaStorageError
 
 from .test_log_support import TOPIC_ID, FakeClock, append, make_batch, stored_model
@@ -243,3 +244,72 @@ async def test_a_full_disk_refuses_appends_without_tearing_the_log(tmp_path, cap
         "writes to t-0 succeed again"]
     await log.flush()
     await store.close()
+
+
+async def test_a_flush_that_cannot_open_its_files_fails_alone_and_the_next_one_syncs(tmp_path, monkeypatch, caplog):
+    """Out of file descriptors (a connection storm under a low ``ulimit -n``), a flush cannot
+    even start: nothing was synced or lost, so that flush fails and the log stays online, unlike
+    after a failed fsync."""
+    fsync = CountingFsync()
+    store = make(tmp_path, fsync)
+    log = store.create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(1))
+    await log.flush()
+    append(log, make_batch(2))
+    real_dup = segment.os.dup
+
+    def no_descriptors(fd):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(segment.os, "dup", no_descriptors)
+    calls = fsync.calls
+    with pytest.raises(KafkaStorageError, match="could not start"):
+        await log.flush()
+    assert (fsync.calls, log.recovery_point) == (calls, 1)
+    assert "a later one retries" in caplog.text and "offline" not in caplog.text
+    append(log, make_batch(1))  # still online
+    monkeypatch.setattr(segment.os, "dup", real_dup)
+    await log.flush()
+    assert log.recovery_point == 4
+    await store.close()
+    assert (tmp_path / ".kafka_cleanshutdown").exists()
+
+
+class HeldExecutor(Executor):
+    """Runs nothing until ``release``: every flush job submitted so far waits, holding its files."""
+
+    def __init__(self) -> None:
+        self.jobs: list = []
+
+    def submit(self, fn, *args):
+        future = Future()
+        self.jobs.append((future, fn, args))
+        return future
+
+    def release(self) -> None:
+        jobs, self.jobs = self.jobs, []
+        for future, fn, args in jobs:
+            future.set_result(fn(*args))
+
+
+async def test_close_flushes_a_bounded_number_of_logs_at_once(tmp_path):
+    """Each flush holds a duplicated descriptor until its fsync ran; closing a store of many
+    logs flushes them in rounds, so a modest ``ulimit -n`` is not exhausted at shutdown."""
+    executor = HeldExecutor()
+    store = FileLogStore(str(tmp_path), default_config=LogConfig(), clock_ms=FakeClock(), fsync=CountingFsync(),
+                         executor=executor)
+    for p in range(3 * FINAL_FLUSHES_AT_ONCE):
+        append(store.create("t", p, TOPIC_ID, None), make_batch(1))
+    closing = asyncio.ensure_future(store.close())
+    rounds = []
+    while not closing.done():
+        seen, quiet = len(executor.jobs), 0
+        while quiet < 3 and not closing.done():  # until no more flushes start without a release
+            await asyncio.sleep(0)
+            quiet, seen = (quiet + 1, seen) if len(executor.jobs) == seen else (0, len(executor.jobs))
+        if executor.jobs:
+            rounds.append(len(executor.jobs))
+        executor.release()
+    await closing
+    assert rounds == [FINAL_FLUSHES_AT_ONCE] * 3
+    assert (tmp_path / ".kafka_cleanshutdown").exists()

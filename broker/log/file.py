@@ -57,6 +57,9 @@ _LEFTOVER_SUFFIXES = (".tmp", ".deleted", ".cleaned", ".swap")
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"  # a partition of no known topic, kept for the operator (Kafka 3.7+)
 IGNORED_TOPICS = frozenset({"__cluster_metadata"})  # KRaft's metadata log is not ours
+# Each flush holds a descriptor or two until its fsync ran, and the fsyncs queue for a few
+# threads anyway: flushing every log at once at close could run out of open files.
+FINAL_FLUSHES_AT_ONCE = 16
 
 
 def partition_dir_name(topic: str, partition: int) -> str:
@@ -430,7 +433,10 @@ class FileLogStore:
         self._closed = True
         await self.stop()
         logs = list(self._logs.values())
-        results = await asyncio.gather(*(lg.flush() for lg in logs), return_exceptions=True)
+        results = []
+        for i in range(0, len(logs), FINAL_FLUSHES_AT_ONCE):
+            chunk = logs[i : i + FINAL_FLUSHES_AT_ONCE]
+            results += await asyncio.gather(*(lg.flush() for lg in chunk), return_exceptions=True)
         clean = True
         for lg, res in zip(logs, results):
             lg.close()

@@ -38,6 +38,7 @@ _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hhi")
 MAX_QUEUED_FRAMES = 32
 SEND_WHOLE = 64 * 1024  # response parts this large (record data) are sent as they are
+REFUSALS_REPORT_INTERVAL_S = 60.0
 
 
 class CloseConnection(Exception):
@@ -74,6 +75,11 @@ class Connection(asyncio.Protocol):
                 pass
         peer = transport.get_extra_info("peername") or ("", 0)
         self.peer = (peer[0], peer[1])
+        if len(self.server.connections) >= self.broker.config["max.connections"]:
+            self.server.refused(self.peer)
+            self._closed = True
+            transport.close()
+            return
         self.server.connections.add(self)
         self._worker = asyncio.get_running_loop().create_task(self._run())
 
@@ -285,6 +291,19 @@ class Server:
         self.stopping = False
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
+        self._refused = 0  # connections refused since the last report
+        self._refused_reported = -REFUSALS_REPORT_INTERVAL_S
+
+    def refused(self, peer: tuple[str, int]) -> None:
+        """A connection over ``max.connections`` is closed at once, and reported at most once a
+        minute. Kafka's acceptor waits for a free slot instead; clients reconnect after their
+        backoff either way."""
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refused_reported >= REFUSALS_REPORT_INTERVAL_S:
+            log.warning("max.connections=%d reached: closed %d new connection(s) since the last report, the latest "
+                        "from %s:%d", self.broker.config["max.connections"], self._refused, *peer)
+            self._refused, self._refused_reported = 0, now
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()

@@ -36,6 +36,9 @@ from protocol import messages
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.api_versions_response import ApiVersionsResponse
+from protocol.messages.incremental_alter_configs_request import AlterableConfig as IncrementalAlterable
+from protocol.messages.incremental_alter_configs_request import AlterConfigsResource as IncrementalAlterResource
+from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 from protocol.messages.metadata_response import MetadataResponse
 from protocol.messages.request_header import RequestHeader
@@ -44,7 +47,7 @@ from tests.raw_client import RawClient
 
 pytestmark = pytest.mark.e2e
 
-API_VERSIONS, METADATA = 18, 3
+API_VERSIONS, METADATA, INCREMENTAL_ALTER_CONFIGS = 18, 3, 44
 MAX_REQUEST_BYTES = 1024
 AV = REGISTRY[API_VERSIONS]
 
@@ -358,6 +361,43 @@ def test_idle_connection_is_closed_active_one_stays(broker_factory):
         # The active connection outlived the idle timeout and still works.
         assert requests > 1
         assert metadata(active).brokers
+    assert_clean_log(b)
+
+
+# --- max.connections ----------------------------------------------------------------------------
+
+
+def test_max_connections_closes_new_connections_over_the_limit(broker_factory):
+    """Past ``max.connections`` a new connection is closed at once (Kafka's acceptor waits for
+    a slot; either way the client retries), reported once, and a freed slot serves again. The
+    limit is dynamic, like Kafka's."""
+    b = broker_factory({"max.connections": "2"})
+    held = [RawClient(b.bootstrap), RawClient(b.bootstrap)]
+    try:
+        assert all(metadata(c).brokers for c in held)
+        for _ in range(3):
+            with RawClient(b.bootstrap) as over:
+                assert over.is_closed_by_broker()
+        assert "max.connections=2 reached: closed 1 new connection(s) since the last report" in b.log()
+        assert b.log().count("max.connections=2 reached") == 1
+        held.pop(0).close()
+        deadline = time.monotonic() + 20
+        while True:  # the broker sees the close on its own time; no event reaches this client
+            c = RawClient(b.bootstrap)
+            if not c.is_closed_by_broker(timeout_s=0.2):
+                held.append(c)
+                assert metadata(c).brokers
+                break
+            c.close()
+            assert time.monotonic() < deadline, "no slot came free"
+        resp = held[0].request(INCREMENTAL_ALTER_CONFIGS, 1, IncrementalAlterConfigsRequest(resources=[
+            IncrementalAlterResource(4, "", [IncrementalAlterable("max.connections", 0, "3")])]))
+        assert resp.responses[0].error_code == 0
+        with RawClient(b.bootstrap) as third, RawClient(b.bootstrap) as fourth:
+            assert metadata(third).brokers and fourth.is_closed_by_broker()
+    finally:
+        for c in held:
+            c.close()
     assert_clean_log(b)
 
 

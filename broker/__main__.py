@@ -89,7 +89,7 @@ async def serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) ->
     # Handlers first: once "listening" is printed, SIGTERM must mean a graceful stop.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # the JVM stops Kafka gracefully on each
         loop.add_signal_handler(sig, stop.set)
     try:
         broker = Broker(config, metrics_address=metrics)

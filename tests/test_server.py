@@ -404,7 +404,7 @@ def test_max_connections_closes_new_connections_over_the_limit(broker_factory):
 # --- graceful shutdown --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_exits_zero_and_writes_clean_shutdown_marker(broker_factory, sig):
     b = broker_factory()
     marker = b.data_dir / CLEAN_SHUTDOWN_MARKER

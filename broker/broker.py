@@ -18,7 +18,7 @@ from protocol import messages
 from .config import BrokerConfig
 from .handlers import REGISTRY
 from .log import FileLogStore, LogConfig, LogStore
-from .meta import load_or_create
+from .meta import load_or_create, lock_data_dir
 from .metrics import BrokerMetrics
 from .partitions import Partitions
 from .producer_ids import ProducerIdAllocator
@@ -46,6 +46,7 @@ class Broker:
         self.metrics = BrokerMetrics(self, _api_names())
         self.data_dir = str(config.data_dir)
         os.makedirs(self.data_dir, exist_ok=True)
+        self._data_dir_lock = lock_data_dir(self.data_dir)  # released by stop() or when the process exits
         meta = load_or_create(self.data_dir, config["node.id"])
         self.node_id = meta.node_id
         self.cluster_id = meta.cluster_id
@@ -150,6 +151,9 @@ class Broker:
             except Exception:
                 log.exception("shutting down: %s failed; going on", step.__qualname__)
                 ok = False
+        if self._data_dir_lock is not None:
+            os.close(self._data_dir_lock)
+            self._data_dir_lock = None
         if ok:
             log.info("shutdown complete")
         else:

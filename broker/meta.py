@@ -6,6 +6,8 @@ a data directory and a directory is never opened by a broker it does not belong 
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import time
 from dataclasses import dataclass
@@ -17,6 +19,27 @@ from .log.checkpoint import write_atomically
 from .topics import REGISTRY_FILE  # written at every start (the internal topics)
 
 META_FILE = "meta.properties"
+LOCK_FILE = ".lock"
+
+
+class DataDirInUse(OSError):
+    """Another process holds the data directory's lock."""
+
+
+def lock_data_dir(data_dir: str) -> int:
+    """Take the directory's ``.lock`` as Kafka's LogManager does, so two brokers never write the
+    same logs. A POSIX lock (as Java's FileChannel.tryLock): held until the process exits or the
+    returned descriptor is closed."""
+    path = os.path.join(data_dir, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EACCES, errno.EAGAIN):
+            raise DataDirInUse(e.errno, f"another process (a broker?) is using it: {path} is locked") from None
+        raise
+    return fd
 
 
 @dataclass(frozen=True)

@@ -270,6 +270,19 @@ def test_damaged_meta_properties_refuses_to_start(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_a_data_dir_in_use_refuses_a_second_broker(broker_factory):
+    """Like Kafka's LogManager, a broker locks its data directory (``.lock``): a second one on
+    the same directory stops at once instead of writing the same logs."""
+    b = broker_factory()
+    r = cli("--port", "0", "--data-dir", str(b.data_dir))
+    assert r.returncode == 1
+    assert f"cannot open the data directory {b.data_dir}:" in r.stderr and "is locked" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert cluster_identity(b.bootstrap)[1] == 1  # the first one still serves
+    assert b.stop() == 0
+    b.start()  # and the lock is free again once it stopped
+
+
 def test_lost_meta_properties_refuses_to_start(broker_factory):
     """meta.properties is made at the first start; gone beside a broker's data, it is not made
     again (that data would get a new cluster id, and any node id could open it)."""

@@ -22,10 +22,6 @@ META_FILE = "meta.properties"
 LOCK_FILE = ".lock"
 
 
-class DataDirInUse(OSError):
-    """Another process holds the data directory's lock."""
-
-
 def lock_data_dir(data_dir: str) -> int:
     """Take the directory's ``.lock`` as Kafka's LogManager does, so two brokers never write the
     same logs. A POSIX lock (as Java's FileChannel.tryLock): held until the process exits or the
@@ -37,7 +33,7 @@ def lock_data_dir(data_dir: str) -> int:
     except OSError as e:
         os.close(fd)
         if e.errno in (errno.EACCES, errno.EAGAIN):
-            raise DataDirInUse(e.errno, f"another process (a broker?) is using it: {path} is locked") from None
+            raise OSError(e.errno, f"another process (a broker?) is using it: {path} is locked") from None
         raise
     return fd
 

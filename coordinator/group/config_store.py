@@ -16,15 +16,12 @@ import os
 from types import MappingProxyType
 from typing import Mapping
 
+from broker.config import ConfigError
 from broker.log.checkpoint import fsync_dir, write_atomically
 
 FILE_NAME = "kshare-group-configs.json"
 FORMAT_VERSION = 1
 _EMPTY: Mapping[str, str] = MappingProxyType({})
-
-
-class DamagedConfigStore(ValueError):
-    """The file does not parse: the broker must not start and later overwrite it."""
 
 
 class GroupConfigStore:
@@ -47,8 +44,9 @@ class GroupConfigStore:
                 if props:
                     self._groups[group_id] = MappingProxyType({str(k): str(v) for k, v in props.items()})
         except (ValueError, AttributeError, TypeError) as e:
-            raise DamagedConfigStore(f"{self._path} is damaged ({e!r}); restore it from a backup, or remove "
-                                     "it to reset every group's configs") from None
+            # The broker must not start and later overwrite it.
+            raise ConfigError(f"{self._path} is damaged ({e!r}); restore it from a backup, or remove "
+                              "it to reset every group's configs") from None
 
     def _save(self, groups: Mapping[str, Mapping[str, str]]) -> None:
         if self._path is None:

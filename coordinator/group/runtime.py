@@ -49,7 +49,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.share_group_heartbeat_response import ShareGroupHeartbeatResponse
 
 from .broker_defaults import BROKER_CONFIG_DEFS, broker_value, validate_broker_config
-from .config_store import DamagedConfigStore, GroupConfigStore
+from .config_store import GroupConfigStore
 from .configs import EffectiveGroupConfig, effective
 from .loader import DEFAULT_LOAD_BUFFER_BYTES, LoadSummary, load_partition
 from .model import STATE_DEAD
@@ -956,12 +956,8 @@ def install(broker: Broker) -> GroupCoordinatorRuntime:
                             append=lambda lg, data, headers: broker.partitions.append(lg, data, headers),
                             compression=codec)
 
-    try:
-        config_store = GroupConfigStore(broker.data_dir)
-    except DamagedConfigStore as e:
-        raise ConfigError(str(e)) from None
     runtime = GroupCoordinatorRuntime(
-        broker.topics, props, config_store,
+        broker.topics, props, GroupConfigStore(broker.data_dir),
         offsets=open_offsets, persister=lambda: broker.share_manager.persister,
         load_buffer_bytes=broker_value(LOAD_BUFFER_SIZE_CONFIG, props),
     )

@@ -28,6 +28,7 @@ from protocol.primitives import DecodeError
 
 from .context import RequestContext
 from .handlers import REGISTRY
+from .log.throttle import ReportThrottle
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -291,19 +292,16 @@ class Server:
         self.stopping = False
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
-        self._refused = 0  # connections refused since the last report
-        self._refused_reported = -REFUSALS_REPORT_INTERVAL_S
+        self._refusals = ReportThrottle(REFUSALS_REPORT_INTERVAL_S, time.monotonic)
 
     def refused(self, peer: tuple[str, int]) -> None:
         """A connection over ``max.connections`` is closed at once, and reported at most once a
         minute. Kafka's acceptor waits for a free slot instead; clients reconnect after their
         backoff either way."""
-        self._refused += 1
-        now = time.monotonic()
-        if now - self._refused_reported >= REFUSALS_REPORT_INTERVAL_S:
+        count = self._refusals.occurred()
+        if count:
             log.warning("max.connections=%d reached: closed %d new connection(s) since the last report, the latest "
-                        "from %s:%d", self.broker.config["max.connections"], self._refused, *peer)
-            self._refused, self._refused_reported = 0, now
+                        "from %s:%d", self.broker.config["max.connections"], count, *peer)
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()

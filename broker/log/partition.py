@@ -37,6 +37,7 @@ from .store import (
     ReadResult,
     RecordTooLarge,
 )
+from .throttle import ReportThrottle
 
 log = logging.getLogger(__name__)
 WRITE_FAILURE_REPORT_INTERVAL_MS = 60_000
@@ -92,9 +93,8 @@ class Log:
         self._flush_requested = end  # offsets below were flushed or a flush was asked for
         # Failed writes (a full disk): reported when they start and when they end, at most once
         # a minute, since a nearly full disk takes small batches and refuses big ones.
+        self._write_failures = ReportThrottle(WRITE_FAILURE_REPORT_INTERVAL_MS, clock_ms)
         self._write_failure_reported = False  # and no write succeeded since
-        self._write_failures_unreported = 0
-        self._write_failure_reported_ms: int | None = None
         self._last_flush_ms = clock_ms()
         self._dir_dirty = False
         self._sync_paths: list[str] = []  # files/dirs to fsync with the next flush
@@ -243,14 +243,10 @@ class Log:
         )
 
     def _write_failed(self, error: OSError) -> None:
-        self._write_failures_unreported += 1
-        now = self._clock_ms()
-        last = self._write_failure_reported_ms
-        if last is None or now - last >= WRITE_FAILURE_REPORT_INTERVAL_MS:
+        count = self._write_failures.occurred()
+        if count:
             log.error("write to %s-%d failed (%d append(s) refused since the last report): %s; appends get "
-                      "KAFKA_STORAGE_ERROR until one succeeds", self.topic, self.partition,
-                      self._write_failures_unreported, error)
-            self._write_failure_reported_ms, self._write_failures_unreported = now, 0
+                      "KAFKA_STORAGE_ERROR until one succeeds", self.topic, self.partition, count, error)
             self._write_failure_reported = True
 
     def _undo_partial_write(self, seg: Segment) -> None:

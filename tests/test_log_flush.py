@@ -40,9 +40,10 @@ class CountingFsync:
             raise self.error
 
 
-def make(tmp_path, fsync, clock=None, **config):
+def make(tmp_path, fsync, clock=None, executor=None, **config):
     return FileLogStore(
-        str(tmp_path), default_config=LogConfig(**config), clock_ms=clock or FakeClock(), fsync=fsync
+        str(tmp_path), default_config=LogConfig(**config), clock_ms=clock or FakeClock(), fsync=fsync,
+        executor=executor,
     )
 
 
@@ -296,8 +297,7 @@ async def test_close_flushes_a_bounded_number_of_logs_at_once(tmp_path):
     """Each flush holds a duplicated descriptor until its fsync ran; closing a store of many
     logs flushes them in rounds, so a modest ``ulimit -n`` is not exhausted at shutdown."""
     executor = HeldExecutor()
-    store = FileLogStore(str(tmp_path), default_config=LogConfig(), clock_ms=FakeClock(), fsync=CountingFsync(),
-                         executor=executor)
+    store = make(tmp_path, CountingFsync(), executor=executor)
     for p in range(3 * FINAL_FLUSHES_AT_ONCE):
         append(store.create("t", p, TOPIC_ID, None), make_batch(1))
     closing = asyncio.ensure_future(store.close())

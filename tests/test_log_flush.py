@@ -180,8 +180,10 @@ async def test_failed_fsync_takes_the_log_offline(tmp_path, caplog):
     log = store.create("t", 0, TOPIC_ID, None)
     append(log, make_batch(1))
     fsync.error = OSError(5, "EIO")
+    assert not log.offline
     with pytest.raises(KafkaStorageError):
         await log.flush()
+    assert log.offline
     with pytest.raises(KafkaStorageError):
         append(log, make_batch(1))
     with pytest.raises(KafkaStorageError):

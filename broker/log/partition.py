@@ -149,7 +149,7 @@ class Log:
         """
         if self._closed:
             raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
-        if self._committer.failure is not None:
+        if self.offline:
             raise KafkaStorageError(f"log {self.topic}-{self.partition} is offline")
         if not headers:
             raise ValueError("nothing to append")
@@ -503,6 +503,11 @@ class Log:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def offline(self) -> bool:
+        """A flush failed: the log takes no more writes until a restart."""
+        return self._committer.failure is not None
 
 
 def _first_record_at_or_after(

@@ -40,6 +40,11 @@ _KEY_VERSION = struct.Struct(">hhi")
 MAX_QUEUED_FRAMES = 32
 SEND_WHOLE = 64 * 1024  # response parts this large (record data) are sent as they are
 REFUSALS_REPORT_INTERVAL_S = 60.0
+# Responses are built in memory (Kafka sends log bytes with sendfile), so a client that stops
+# reading keeps its last response in the broker. Past this many such bytes over all connections,
+# Fetch and ShareFetch answer one batch (KIP-74's minimum): clients that never read cannot take
+# the broker's memory, and the others still make progress.
+STALLED_RESPONSE_BYTES = 256 << 20
 
 
 class CloseConnection(Exception):
@@ -56,6 +61,7 @@ class Connection(asyncio.Protocol):
         self._frames: deque[bytearray] = deque()
         self._wakeup: asyncio.Future | None = None
         self._writable: asyncio.Future | None = None
+        self._stalled = 0  # bytes of a response the client has not taken while the socket is full
         self._reading_paused = False
         self._closed = False
         self._worker: asyncio.Task | None = None
@@ -117,6 +123,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self._closed = True
+        self._unstall()
         self.server.connections.discard(self)
         self._wake()
         if self._writable is not None and not self._writable.done():
@@ -133,8 +140,14 @@ class Connection(asyncio.Protocol):
             self._writable = asyncio.get_running_loop().create_future()
 
     def resume_writing(self) -> None:
+        self._unstall()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
+
+    def _unstall(self) -> None:
+        if self._stalled:
+            self.server.stalled_bytes -= self._stalled
+            self._stalled = 0
 
     # --- public ---------------------------------------------------------------------------
 
@@ -187,6 +200,8 @@ class Connection(asyncio.Protocol):
                     if metrics is not None:
                         metrics.record(frame, parts, time.perf_counter() - started)
                     if self._writable is not None and not self._writable.done():
+                        self._stalled = self.transport.get_write_buffer_size()
+                        self.server.stalled_bytes += self._stalled
                         await self._writable
                 elif metrics is not None:  # acks=0, or the client went away meanwhile
                     metrics.record(frame, None, time.perf_counter() - started)
@@ -290,6 +305,9 @@ class Server:
         # Per-API request metrics (broker/metrics.py), set while the metrics endpoint is served.
         self.request_metrics = None
         self.stopping = False
+        self.stalled_bytes = 0  # response bytes waiting for clients that stopped reading
+        self.stalled_budget = STALLED_RESPONSE_BYTES
+        self._stall_reports = ReportThrottle(REFUSALS_REPORT_INTERVAL_S, time.monotonic)
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
         self._refusals = ReportThrottle(REFUSALS_REPORT_INTERVAL_S, time.monotonic)
@@ -302,6 +320,17 @@ class Server:
         if count:
             log.warning("max.connections=%d reached: closed %d new connection(s) since the last report, the latest "
                         "from %s:%d", self.broker.config["max.connections"], count, *peer)
+
+    def response_bytes(self, max_bytes: int) -> int:
+        """What a Fetch or ShareFetch may read now: ``max_bytes``, or 1 (one batch) while more
+        than the budget of response bytes wait for clients that stopped reading."""
+        if self.stalled_bytes <= self.stalled_budget:
+            return max_bytes
+        count = self._stall_reports.occurred()
+        if count:
+            log.warning("%d MiB of responses wait for clients that do not read them: %d fetch(es) since the last "
+                        "report got one batch", self.stalled_bytes >> 20, count)
+        return 1
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()

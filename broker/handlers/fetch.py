@@ -7,10 +7,12 @@ FETCH_SESSION_ID_NOT_FOUND and the client starts over with a full one.
 
 Reading follows ReplicaManager.readFromLog: partitions in request order, each limited by its
 PartitionMaxBytes and by what is left of min(MaxBytes, fetch.max.bytes); the first batch
-returned may exceed both so a consumer always progresses (KIP-74). Batches go out as slices of
-the segment reads, never re-encoded. If less than MinBytes is available, the request waits up to
-MaxWaitMs for appends to its partitions (``broker.partitions.wait_for_data``), counting the bytes
-appended since, like Kafka's DelayedFetch, then reads again. Any partition error answers at once.
+returned may exceed both so a consumer always progresses (KIP-74). While many response bytes
+wait for clients that stopped reading, the total shrinks (``Server.response_bytes``). Batches go
+out as slices of the segment reads, never re-encoded. If less than MinBytes is available, the
+request waits up to MaxWaitMs for appends to its partitions (``broker.partitions.wait_for_data``),
+counting the bytes appended since, like Kafka's DelayedFetch, then reads again. Any partition
+error answers at once.
 
 The last stable offset is the high watermark (no transactions yet), so read_committed reads
 the same as read_uncommitted, with an empty aborted-transactions list. Leader epoch is always
@@ -145,7 +147,7 @@ async def handle(ctx, req) -> FetchResponse:
         # Incremental fetch: there is no session to continue (epoch 0 or -1 make a full fetch,
         # closing any session named; none is ever created).
         return FetchResponse(error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND, session_id=0)
-    max_bytes = min(req.max_bytes, broker.config["fetch.max.bytes"])
+    max_bytes = broker.server.response_bytes(min(req.max_bytes, broker.config["fetch.max.bytes"]))
     min_bytes = min(req.min_bytes, max_bytes)
     plan = _plan(broker, req, v)
     total = _read(plan, max_bytes)

@@ -2,9 +2,9 @@
 
 Like Kafka's SocketServer, each connection handles one request at a time and answers in the
 order requests arrived (clients pipeline; the broker never reorders). Frames that arrive while
-a request is being handled wait in a bounded queue; past the bound the socket stops being
-read, and while the transport's write buffer is full no new request starts (``drain``
-back-pressure). A frame whose size is negative or above ``socket.request.max.bytes``, or whose
+a request is being handled wait in a queue bounded in frames and bytes; past the bound the
+socket stops being read, and while the transport's write buffer is full no new request starts
+(``drain`` back-pressure). A frame whose size is negative or above ``socket.request.max.bytes``, or whose
 header or body does not parse, closes the connection: the broker logs it and keeps serving
 everyone else.
 """
@@ -38,6 +38,9 @@ log = logging.getLogger("kshare.server")
 _SIZE = struct.Struct(">i")
 _KEY_VERSION = struct.Struct(">hhi")
 MAX_QUEUED_FRAMES = 32
+# Also bounded in bytes: Kafka reads one request per connection at a time, and 32 queued
+# requests of socket.request.max.bytes (100 MiB) would be gigabytes.
+MAX_QUEUED_BYTES = 4 << 20
 SEND_WHOLE = 64 * 1024  # response parts this large (record data) are sent as they are
 REFUSALS_REPORT_INTERVAL_S = 60.0
 # Responses are built in memory (Kafka sends log bytes with sendfile), so a client that stops
@@ -59,6 +62,7 @@ class Connection(asyncio.Protocol):
         self.peer: tuple[str, int] = ("", 0)
         self._buf = bytearray()
         self._frames: deque[bytearray] = deque()
+        self._queued_bytes = 0
         self._wakeup: asyncio.Future | None = None
         self._writable: asyncio.Future | None = None
         self._stalled = 0  # bytes of a response the client has not taken while the socket is full
@@ -109,12 +113,14 @@ class Connection(asyncio.Protocol):
             if n - pos - 4 < size:
                 break
             self._frames.append(buf[pos + 4 : pos + 4 + size])
+            self._queued_bytes += size
             pos += 4 + size
         if pos:
             del buf[:pos]
         if self._frames:
             self._wake()
-            if len(self._frames) >= MAX_QUEUED_FRAMES and not self._reading_paused:
+            full = len(self._frames) >= MAX_QUEUED_FRAMES or self._queued_bytes >= MAX_QUEUED_BYTES
+            if full and not self._reading_paused:
                 self._reading_paused = True
                 self.transport.pause_reading()
 
@@ -184,7 +190,9 @@ class Connection(asyncio.Protocol):
                     self._wakeup = None
                     continue
                 frame = self._frames.popleft()
-                if self._reading_paused and len(self._frames) < MAX_QUEUED_FRAMES // 2:
+                self._queued_bytes -= len(frame)
+                if (self._reading_paused and len(self._frames) < MAX_QUEUED_FRAMES // 2
+                        and self._queued_bytes < MAX_QUEUED_BYTES // 2):
                     self._reading_paused = False
                     self.transport.resume_reading()
                 self.busy = True

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import socket
 import struct
 import time
@@ -15,10 +14,8 @@ from broker.config import BrokerConfig
 from broker.context import RequestContext
 from broker.handlers import fetch as fetch_handler
 from broker.handlers import produce as produce_handler
-from broker.log.memory import MemoryLogStore
 from broker.partitions import data_key
 from protocol.errors import ErrorCode
-from protocol.framing import request_frame
 from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic, ReplicaState
 from protocol.uuids import random_uuid
 from tests.raw_client import RawClient
@@ -33,7 +30,6 @@ from tests.test_produce_support import (
     produce_request,
     records_of,
 )
-from tests.test_share_wire_support import ShareMember, acquired, parts
 
 
 def as_stored(batches: list[bytes], offset: int = 0) -> bytes:
@@ -270,60 +266,3 @@ async def test_log_start_offset_moves_are_reflected(local):
     resp = await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"d"])))
     assert resp.responses[0].partition_responses[0].log_start_offset == 2
 
-
-async def test_clients_that_stop_reading_shrink_fetch_and_share_fetch_answers(tmp_path, caplog):
-    """Responses are built in memory, so a client that never reads keeps one in the broker. Past
-    the budget of such bytes (1 MiB here), Fetch and ShareFetch answer one batch (KIP-74's
-    minimum), and whole answers again once that client is gone. Real sockets on the loop; the
-    reading clients are blocking ones in a thread."""
-    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"}),
-               store=MemoryLogStore())
-    host, port = await b.start()
-    bootstrap = f"{host}:{port}"
-    b.server.stalled_budget = budget = 1 << 20
-    loop = asyncio.get_running_loop()
-    big = 64 << 20
-    stalled = socket.socket()
-    try:
-        b.topics.create("t", 1)
-        share_topic_id = b.topics.create("s", 1).topic_id
-        for _ in range(40):
-            await produce_handler.handle(ctx(b, 0, 9), produce_request("t", batch([random.randbytes(256 << 10)])))
-        member = ShareMember(bootstrap, "stall-group")
-        await loop.run_in_executor(None, member.open, [(share_topic_id, 0)])  # starts at the end: 0
-        for _ in range(3):
-            await produce_handler.handle(ctx(b, 0, 9), produce_request("s", batch([b"s"] * 10)))
-
-        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        stalled.setblocking(False)
-        await loop.sock_connect(stalled, (host, port))
-        await loop.sock_sendall(stalled, request_frame(fetch_request("t", 0, partition_max_bytes=big), 12, 1, "x"))
-        for _ in range(1000):  # no event to wait for: the transport reports a full buffer
-            if b.server.stalled_bytes > budget:
-                break
-            await asyncio.sleep(0.01)
-        assert b.server.stalled_bytes > budget
-
-        def fetch_batches() -> int:
-            with RawClient(bootstrap) as c:
-                return len(headers_of(fetch(c, "t", 0, max_bytes=big, partition_max_bytes=big).records))
-
-        def share_fetch_acquired() -> list:
-            return acquired(parts(member.fetch([(share_topic_id, 0)], max_bytes=big))[(share_topic_id, 0)])
-
-        assert await loop.run_in_executor(None, fetch_batches) == 1
-        assert await loop.run_in_executor(None, share_fetch_acquired) == [(0, 9, 1)]
-        assert caplog.text.count("responses wait for clients that do not read them") == 1
-
-        stalled.close()
-        for _ in range(1000):
-            if b.server.stalled_bytes == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert b.server.stalled_bytes == 0
-        assert await loop.run_in_executor(None, fetch_batches) == 40
-        assert await loop.run_in_executor(None, share_fetch_acquired) == [(10, 29, 1)]
-        member.close()
-    finally:
-        stalled.close()
-        await b.stop()

@@ -4,7 +4,8 @@ Simulated clients behave like librdkafka: join with epoch 0, heartbeat with the 
 epoch they were given, rejoin with the same id after UNKNOWN_MEMBER_ID or
 FENCED_MEMBER_EPOCH. Meanwhile time passes, sessions expire, responses get lost and
 topics change. Checked throughout: no fatal error ever reaches a well-behaved client,
-state is exactly what replaying the records rebuilds, and once everyone has caught up
+state is exactly what replaying the records rebuilds (also when the log was compacted to the
+current records first), and once everyone has caught up
 the group converges to one epoch with a balanced, complete assignment.
 """
 
@@ -107,6 +108,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
         else:
             self.sizes[topic] = size
         self.log += self.c.on_metadata_change(self.image())
+
+    @rule()
+    def compact(self):
+        """What the runtime's compaction leaves of the log: every group's current records, then
+        whatever is written later."""
+        self.log = self.c.snapshot_records()
+        self.shadow = ShareGroupCoordinator(self.image())
+        self.replayed = 0
 
     @invariant()
     def state_is_what_the_records_replay_to(self):

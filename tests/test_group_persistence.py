@@ -1,7 +1,8 @@
 """The group coordinator on ``__consumer_offsets``, in-process: Kafka's record sequences and
 batch layout, share-partition state set up before anything is assigned, loading (and what
 heartbeats see meanwhile), rebuilding after a failed append, restarts that keep groups,
-members and epochs, and a property over random operations with restarts."""
+members and epochs, compaction, and a property over random operations with restarts and
+compactions."""
 
 from __future__ import annotations
 
@@ -300,6 +301,55 @@ async def test_deleting_a_group_deletes_its_share_state_first(tmp_path):
     await again.stop()
 
 
+# --- compaction ------------------------------------------------------------------------------------
+
+
+async def churn(runtime, times: int) -> None:
+    """B joins and leaves ``times`` times: records that later ones supersede."""
+    for _ in range(times):
+        await hb(runtime, B, 0, ["orders"])
+        await hb(runtime, B, -1)
+
+
+async def test_compaction_keeps_only_the_current_records_and_a_restart_loads_them(tmp_path):
+    world = World(tmp_path)
+    world.topics.create("orders", 2)
+    runtime = await world.started()
+    p = world.offsets.partition_for("g")
+    lg = world.offsets.log(p)
+    a = await hb(runtime, A, 0, ["orders"])
+    await churn(runtime, 20)
+    total = lg.end_offset - lg.start_offset
+    assert not await runtime.compact(p, min_records=total + 1)  # not enough records yet
+    # A heartbeat queued just before: compaction waits for its write and keeps what it wrote.
+    c, compacted = await asyncio.gather(hb(runtime, C, 0, ["orders"]), runtime.compact(p, min_records=total))
+    assert c.error_code == 0 and compacted
+    current = runtime.coordinator.for_group("g").snapshot_records()
+    assert world.log_records() == current and len(current) < total / 5
+    assert not await runtime.compact(p, min_records=0)  # nothing superseded (ratio 0.5)
+    a = await hb(runtime, A, a.member_epoch)  # writes go on after the current records
+    before = runtime.coordinator.snapshot()
+    await runtime.stop()
+    again = await world.started()
+    assert again.coordinator.snapshot() == before and set(before["g"]["members"]) == {A, C}
+    await again.stop()
+
+
+async def test_partitions_are_compacted_in_the_background(tmp_path):
+    world = World(tmp_path)
+    world.topics.create("orders", 2)
+    runtime = await world.started(compact_interval_s=0.01)
+    runtime.compact_min_records = 50
+    lg = world.offsets.log(world.offsets.partition_for("g"))
+    await churn(runtime, 10)
+    for _ in range(500):
+        if lg.start_offset > 0:
+            break
+        await asyncio.sleep(0.01)
+    assert lg.start_offset > 0 and world.log_records() == runtime.coordinator.for_group("g").snapshot_records()
+    await runtime.stop()
+
+
 # --- restarts --------------------------------------------------------------------------------------
 
 
@@ -513,6 +563,7 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("drop"), st.just("later")),
     st.tuples(st.just("flaky"), st.booleans()),
     st.tuples(st.just("restart"), st.booleans()),
+    st.tuples(st.just("compact")),
 ), max_size=30)
 
 
@@ -524,7 +575,7 @@ def test_restarts_keep_state_and_epochs_never_go_back(tmp_path_factory, ops):
     sizes = {"orders": 2}
 
     async def run() -> None:
-        runtime = await world.started()
+        runtime = await world.started(cleanable_ratio=lambda: 0.0)  # compact whenever asked
         epochs: dict[str, int] = {}
         high = {"group": 0, "assignment": 0}
         for op in ops:
@@ -555,12 +606,17 @@ def test_restarts_keep_state_and_epochs_never_go_back(tmp_path_factory, ops):
                 del sizes[op[1]]
             elif op[0] == "flaky":
                 world.persister.fail_initialize = op[1]
+            elif op[0] == "compact":
+                p = world.offsets.partition_for("g")
+                lg = world.offsets.log(p)
+                if await runtime.compact(p, min_records=0):  # the log: the current records, nothing else
+                    assert lg.end_offset - lg.start_offset == len(runtime._shards[p].coordinator.snapshot_records())
             elif op[0] == "restart":
                 before = runtime.coordinator.snapshot()
                 await runtime.stop()
                 if op[1]:
                     world.clock.advance(1_000)
-                runtime = await world.started()
+                runtime = await world.started(cleanable_ratio=lambda: 0.0)
                 after = runtime.coordinator.snapshot()
                 for gid in before:  # load + catching up may only move epochs forward
                     assert after[gid]["group_epoch"] >= before[gid]["group_epoch"]

@@ -213,3 +213,51 @@ def test_heartbeats_answer_load_in_progress_while_a_big_partition_loads(broker_f
         # the member is still there; the group epoch moved past everything loaded, never back
         assert loaded.error_code == 0 and loaded.member_epoch > epochs
     assert b.stop() == 0
+
+
+def wait_for_log(b, text: str, after: int = 0, timeout_s: float = 20.0) -> str:
+    """The first broker log line containing ``text`` past character ``after`` of the log (the
+    broker reports the event there)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        line = next((line for line in b.log()[after:].splitlines() if text in line), None)
+        if line is not None:
+            return line
+        assert time.monotonic() < deadline, f"no {text!r} in the broker log"
+        time.sleep(0.05)
+
+
+def test_the_partition_is_compacted_and_a_restart_loads_only_the_current_records(broker_factory, topic_name):
+    """12,000 superseded records (a long-lived group's epoch bumps) are compacted away once the
+    partition is loaded, at ``log.cleaner.backoff.ms``; the next start loads a handful (the log
+    start moved past the rest; their segment goes once it is rolled and wholly below it)."""
+    b = broker_factory({"log.cleaner.backoff.ms": "100"})
+    with RawClient(b.bootstrap) as client:
+        create_topic(client, topic_name, 1)
+        join = heartbeat(client, A, 0, [topic_name])
+    assert b.stop() == 0
+
+    async def grow() -> None:
+        store = FileLogStore(str(b.data_dir))
+        offsets = OffsetsTopic(50, lambda p: store.get(CONSUMER_OFFSETS, p))
+        for first in range(join.member_epoch + 1, 12_000, 2000):
+            await offsets.append(PARTITION, [rec.group_metadata(GROUP, e, 0) for e in range(first, first + 2000)])
+        await store.close()
+
+    asyncio.run(grow())
+    b.start()
+    line = wait_for_log(b, f"compacted {CONSUMER_OFFSETS}-{PARTITION}:")
+    kept = int(line.split("kept the ")[1].split()[0])
+    assert kept < 10
+    with RawClient(b.bootstrap) as client:
+        epoch = heartbeat_once_loaded(client, A, join.member_epoch).member_epoch
+    assert b.stop() == 0
+    before = len(b.log())
+    b.start()
+    loaded = wait_for_log(b, f"loaded {CONSUMER_OFFSETS}-{PARTITION}:", after=before)
+    assert int(loaded.split(" from ")[1].split()[0]) < 20, loaded
+    with RawClient(b.bootstrap) as client:
+        steady = heartbeat_once_loaded(client, A, epoch)
+        assert (steady.error_code, steady.member_epoch) == (0, epoch)
+    assert b.stop() == 0
+    assert "Traceback" not in b.log()

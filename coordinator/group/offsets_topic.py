@@ -8,8 +8,8 @@ of its coordinator runtime is one v2 batch: CreateTime, no producer id (-1/-1, b
 sequence 0), every record stamped with the write's time, compressed with
 ``offsets.topic.compression.codec`` (0 = none). kshare writes the same bytes.
 
-kshare has no log cleaner yet, so the topic is never compacted: it only grows, and a
-restart replays all of it. (Retention does not apply: ``delete`` is not in the policy.)
+kshare has no log cleaner: the coordinator runtime compacts each partition itself
+(``GroupCoordinatorRuntime.compact``). Retention does not apply: ``delete`` is not in the policy.
 """
 
 from __future__ import annotations
@@ -124,12 +124,14 @@ class OffsetsTopic:
     async def append(self, partition: int, records: list[CoordinatorRecord]) -> None:
         """Write ``records`` to the partition, then wait for the flush its policy asks for
         (``flush.messages``). Raises what the log raises (AppendError, KafkaStorageError)."""
-        if not records:
-            return
+        if records:
+            await self.log(partition).flush_if_needed(self.write(partition, records))
+
+    def write(self, partition: int, records: list[CoordinatorRecord]) -> AppendInfo:
+        """Append non-empty ``records`` now, without waiting for any flush."""
         lg = self.log(partition)
         data = self.encode_batches(records, lg.config.max_message_bytes)
-        info = self._append(lg, data, check_batches(data))
-        await lg.flush_if_needed(info)
+        return self._append(lg, data, check_batches(data))
 
     def read(self, partition: int, offset: int, max_bytes: int) -> ReadResult:
         return self.log(partition).read(offset, max_bytes)

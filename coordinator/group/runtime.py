@@ -29,7 +29,9 @@ sans-IO state machine; this shell gives it its inputs and carries out what it as
 * group configs: overrides from the ``GroupConfigStore`` layered on the broker's ``group.*``
   properties (``group_settings``), also used by the share-partition leaders;
 * departures: members that leave or whose session expires are reported, after their
-  records are persisted, to the callbacks registered with ``on_member_departed``.
+  records are persisted, to the callbacks registered with ``on_member_departed``;
+* compaction (kshare has no log cleaner): a partition mostly of superseded records gets its
+  groups' current records appended and its log start moved past the rest (``compact``).
 
 Everything runs on the event loop's thread and a shard is only touched between awaits, so no
 operation sees another's half-done state.
@@ -74,6 +76,10 @@ if TYPE_CHECKING:
     from .model import Assignment, ShareGroupMember
 
 log = logging.getLogger("kshare.group_coordinator")
+
+# A partition is compacted only from this many records on (Kafka's cleaner never touches the
+# active segment, 100 MiB of __consumer_offsets): below it a load is quick anyway.
+COMPACT_MIN_RECORDS = 10_000
 
 DepartureListener = Callable[[str, str], None]
 # Told that share-partition state of a group was replaced or deleted behind the leaders' backs
@@ -166,6 +172,8 @@ class GroupCoordinatorRuntime:
         offsets: OffsetsSource = None,
         persister: PersisterSource = None,
         load_buffer_bytes: int = DEFAULT_LOAD_BUFFER_BYTES,
+        compact_interval_s: float | None = None,
+        cleanable_ratio: Callable[[], float] = lambda: 0.5,
     ) -> None:
         """``broker_config``: the broker's group-coordinator properties (``group_broker_properties``).
 
@@ -175,6 +183,9 @@ class GroupCoordinatorRuntime:
         ``persister`` (or a factory for it): where share-partition state is initialised and
         deleted; without one every partition is assignable at once and no
         ShareGroupStatePartitionMetadata is written.
+        ``compact_interval_s`` (``log.cleaner.backoff.ms``; None: never): how often each
+        partition is offered to ``compact``; ``cleanable_ratio`` gives the dynamic
+        ``log.cleaner.min.cleanable.ratio``.
         """
         self._clock: Clock = clock or LoopClock()
         self._topics = RegistryTopics(topics)
@@ -183,6 +194,10 @@ class GroupCoordinatorRuntime:
         self._persister_source = persister
         self._track = persister is not None
         self._load_buffer_bytes = load_buffer_bytes
+        self._compact_interval_s = compact_interval_s
+        self._cleanable_ratio = cleanable_ratio
+        self._compactor: asyncio.Task | None = None
+        self.compact_min_records = COMPACT_MIN_RECORDS
         self._offsets_factory = offsets if callable(offsets) and not isinstance(offsets, OffsetsTopic) else None
         self._offsets: OffsetsTopic | None = None
         self._shards: list[_Shard] = []
@@ -227,11 +242,16 @@ class GroupCoordinatorRuntime:
             elif shard.state is ShardState.LOADING and shard.loading is None:
                 self._start_loading(shard)
         self._rearm()
+        if self._compact_interval_s is not None and self._compactor is None:
+            self._compactor = asyncio.get_running_loop().create_task(self._compact_loop())
 
     async def stop(self) -> None:
         """Stop loading, disarm the timer and wait for queued writes and share-state work
         (their departures are still reported)."""
         self._stopped = True
+        if self._compactor is not None:
+            self._compactor.cancel()
+            self._compactor = None
         for shard in self._shards:
             if shard.loading is not None:
                 shard.loading.cancel()
@@ -728,6 +748,51 @@ class GroupCoordinatorRuntime:
         partition = self._offsets.partition_for(records[0].key.group_id)
         await self._offsets.append(partition, records)
 
+    async def compact(self, partition: int, *, min_records: int | None = None) -> bool:
+        """Compact one partition the way Kafka's log cleaner leaves ``__consumer_offsets``:
+        once it holds ``min_records`` (default ``compact_min_records``) records or more and at
+        least the cleanable ratio of them are superseded, append every group's current records
+        (the latest value of each live key) and, once they are flushed, move the log start past
+        everything before them. A load then replays about one record per live key instead of
+        the whole history. Returns whether it compacted."""
+        shard = self._shards[partition]
+        lg = self._offsets.log(partition)
+        min_records = self.compact_min_records if min_records is None else min_records
+        if lg.end_offset - lg.start_offset < min_records:
+            return False
+        while shard.tail is not None and not shard.tail.done():  # after every queued write
+            await asyncio.shield(shard.tail)
+        if shard.state is not ShardState.ACTIVE:
+            return False
+        records = shard.coordinator.snapshot_records()
+        total = lg.end_offset - lg.start_offset
+        if total < min_records or total - len(records) < self._cleanable_ratio() * total:
+            return False
+        generation, start = shard.generation, lg.end_offset
+        try:
+            if records:
+                self._offsets.write(partition, records)  # now: no write of the shard runs
+            await lg.flush()  # the current records are durable before the old ones go
+        except Exception as e:  # a full disk: the log reports it, once, not every backoff
+            log.log(logging.DEBUG if _storage_error(e) else logging.WARNING, "compacting %s-%d failed: %s",
+                    CONSUMER_OFFSETS, partition, e)
+            return False
+        if shard.generation != generation or shard.state is not ShardState.ACTIVE:
+            return False  # a failed write has it reloading from the log: leave the log whole
+        lg.delete_records_before(start)
+        log.info("compacted %s-%d: kept the %d current record(s) of %d", CONSUMER_OFFSETS, partition,
+                 len(records), total)
+        return True
+
+    async def _compact_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._compact_interval_s)
+            for shard in list(self._shards):
+                try:
+                    await self.compact(shard.partition)
+                except Exception:
+                    log.exception("compacting %s-%d failed", CONSUMER_OFFSETS, shard.partition)
+
     def _queue(self, shard: _Shard, records: list[CoordinatorRecord],
                departed: Iterable[tuple[str, str]] = ()) -> Awaitable[None]:
         """Take the next place in the shard's write order now, synchronously, and return what
@@ -960,6 +1025,8 @@ def install(broker: Broker) -> GroupCoordinatorRuntime:
         broker.topics, props, GroupConfigStore(broker.data_dir),
         offsets=open_offsets, persister=lambda: broker.share_manager.persister,
         load_buffer_bytes=broker_value(LOAD_BUFFER_SIZE_CONFIG, props),
+        compact_interval_s=cfg["log.cleaner.backoff.ms"] / 1000 if cfg["log.cleaner.enable"] else None,
+        cleanable_ratio=lambda: cfg["log.cleaner.min.cleanable.ratio"],
     )
     broker.group_coordinator = runtime
     return runtime

@@ -767,6 +767,24 @@ class ShareGroupCoordinator:
 
     # ------------------------------------------------------------------ replay
 
+    def snapshot_records(self) -> list[CoordinatorRecord]:
+        """Every group's current records, as a compacted ``__consumer_offsets`` keeps them
+        (the latest value of each live key): replaying them alone rebuilds every group."""
+        out: list[CoordinatorRecord] = []
+        for group_id, group in self._groups.items():
+            out.append(rec.group_metadata(group_id, group.group_epoch, group.metadata_hash))
+            for m in group.members.values():
+                out.append(rec.member_metadata(group_id, m.member_id, m.rack_id, m.client_id, m.client_host,
+                                               m.subscribed_topic_names))
+                out.append(rec.current_assignment(group_id, m.member_id, m.member_epoch, m.previous_member_epoch,
+                                                  m.assigned, m.state))
+            out.append(rec.target_metadata(group_id, group.assignment_epoch))
+            out.extend(rec.target_member(group_id, member_id, a) for member_id, a in group.targets.items())
+            if group.has_state_metadata:
+                out.append(rec.state_partition_metadata(group_id, group.initializing_topics, group.initialized_topics,
+                                                        group.deleting_topics))
+        return out
+
     def replay_all(self, records: Iterable[CoordinatorRecord]) -> None:
         for record in records:
             self.replay(record)

@@ -42,7 +42,7 @@ MAX_QUEUED_FRAMES = 32
 # requests of socket.request.max.bytes (100 MiB) would be gigabytes.
 MAX_QUEUED_BYTES = 4 << 20
 SEND_WHOLE = 64 * 1024  # response parts this large (record data) are sent as they are
-REFUSALS_REPORT_INTERVAL_S = 60.0
+REPORT_INTERVAL_S = 60.0  # refused connections and stalled clients are logged at most this often
 # Responses are built in memory (Kafka sends log bytes with sendfile), so a client that stops
 # reading keeps its last response in the broker. Past this many such bytes over all connections,
 # Fetch and ShareFetch answer one batch (KIP-74's minimum): clients that never read cannot take
@@ -315,10 +315,10 @@ class Server:
         self.stopping = False
         self.stalled_bytes = 0  # response bytes waiting for clients that stopped reading
         self.stalled_budget = STALLED_RESPONSE_BYTES
-        self._stall_reports = ReportThrottle(REFUSALS_REPORT_INTERVAL_S, time.monotonic)
+        self._stall_reports = ReportThrottle(REPORT_INTERVAL_S, time.monotonic)
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
-        self._refusals = ReportThrottle(REFUSALS_REPORT_INTERVAL_S, time.monotonic)
+        self._refusals = ReportThrottle(REPORT_INTERVAL_S, time.monotonic)
 
     def refused(self, peer: tuple[str, int]) -> None:
         """A connection over ``max.connections`` is closed at once, and reported at most once a

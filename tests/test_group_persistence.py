@@ -338,7 +338,7 @@ async def test_compaction_keeps_only_the_current_records_and_a_restart_loads_the
 async def test_partitions_are_compacted_in_the_background(tmp_path):
     world = World(tmp_path)
     world.topics.create("orders", 2)
-    runtime = await world.started(compact_interval_s=0.01)
+    runtime = await world.started(compact_interval_s=lambda: 0.01)
     runtime.compact_min_records = 50
     lg = world.offsets.log(world.offsets.partition_for("g"))
     await churn(runtime, 10)

@@ -172,7 +172,7 @@ class GroupCoordinatorRuntime:
         offsets: OffsetsSource = None,
         persister: PersisterSource = None,
         load_buffer_bytes: int = DEFAULT_LOAD_BUFFER_BYTES,
-        compact_interval_s: float | None = None,
+        compact_interval_s: Callable[[], float] | None = None,
         cleanable_ratio: Callable[[], float] = lambda: 0.5,
     ) -> None:
         """``broker_config``: the broker's group-coordinator properties (``group_broker_properties``).
@@ -183,9 +183,9 @@ class GroupCoordinatorRuntime:
         ``persister`` (or a factory for it): where share-partition state is initialised and
         deleted; without one every partition is assignable at once and no
         ShareGroupStatePartitionMetadata is written.
-        ``compact_interval_s`` (``log.cleaner.backoff.ms``; None: never): how often each
-        partition is offered to ``compact``; ``cleanable_ratio`` gives the dynamic
-        ``log.cleaner.min.cleanable.ratio``.
+        ``compact_interval_s`` (None: never) and ``cleanable_ratio`` give the dynamic
+        ``log.cleaner.backoff.ms`` (how often each partition is offered to ``compact``, in
+        seconds) and ``log.cleaner.min.cleanable.ratio``.
         """
         self._clock: Clock = clock or LoopClock()
         self._topics = RegistryTopics(topics)
@@ -786,7 +786,7 @@ class GroupCoordinatorRuntime:
 
     async def _compact_loop(self) -> None:
         while True:
-            await asyncio.sleep(self._compact_interval_s)
+            await asyncio.sleep(self._compact_interval_s())
             for shard in list(self._shards):
                 try:
                     await self.compact(shard.partition)
@@ -1025,7 +1025,7 @@ def install(broker: Broker) -> GroupCoordinatorRuntime:
         broker.topics, props, GroupConfigStore(broker.data_dir),
         offsets=open_offsets, persister=lambda: broker.share_manager.persister,
         load_buffer_bytes=broker_value(LOAD_BUFFER_SIZE_CONFIG, props),
-        compact_interval_s=cfg["log.cleaner.backoff.ms"] / 1000 if cfg["log.cleaner.enable"] else None,
+        compact_interval_s=(lambda: cfg["log.cleaner.backoff.ms"] / 1000) if cfg["log.cleaner.enable"] else None,
         cleanable_ratio=lambda: cfg["log.cleaner.min.cleanable.ratio"],
     )
     broker.group_coordinator = runtime

@@ -4,9 +4,9 @@ Like Kafka's SocketServer, each connection handles one request at a time and ans
 order requests arrived (clients pipeline; the broker never reorders). Frames that arrive while
 a request is being handled wait in a queue bounded in frames and bytes; past the bound the
 socket stops being read, and while the transport's write buffer is full no new request starts
-(``drain`` back-pressure). A frame whose size is negative or above ``socket.request.max.bytes``, or whose
-header or body does not parse, closes the connection: the broker logs it and keeps serving
-everyone else.
+(``drain`` back-pressure). A frame whose size is negative or above
+``socket.request.max.bytes``, or whose header or body does not parse, closes the connection:
+the broker logs it and keeps serving everyone else.
 """
 
 from __future__ import annotations

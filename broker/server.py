@@ -155,6 +155,14 @@ class Connection(asyncio.Protocol):
             self.server.stalled_bytes -= self._stalled
             self._stalled = 0
 
+    def _stop_waiting_for_reader(self) -> None:
+        """Shutdown: a client that is not reading its last answer will not read the next ones
+        either, so its queued requests are dropped and its worker finishes now."""
+        if self._writable is not None and not self._writable.done():
+            self._frames.clear()
+            self._queued_bytes = 0
+            self._writable.set_result(None)
+
     # --- public ---------------------------------------------------------------------------
 
     def on_close(self, callback: Callable[[], None]) -> None:
@@ -366,7 +374,8 @@ class Server:
                     conn.close()
 
     async def stop(self, grace_s: float = 10.0) -> None:
-        """Stop accepting, let every connection finish the requests it has read, then close."""
+        """Stop accepting, let every connection finish the requests it has read (but not a
+        client that stopped reading its answers), then close."""
         self.stopping = True
         if self._reaper is not None:
             self._reaper.cancel()
@@ -376,6 +385,7 @@ class Server:
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.pause_reading()
+            conn._stop_waiting_for_reader()
             conn._wake()
             if conn._worker is not None:
                 workers.append(conn._worker)

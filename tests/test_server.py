@@ -18,6 +18,8 @@ What Apache Kafka 4.2 does, and so what these tests pin:
 from __future__ import annotations
 
 import io
+import random
+import select
 import signal
 import socket
 import struct
@@ -31,7 +33,7 @@ from kio.schema.response_header.v0.header import ResponseHeader as KioResponseHe
 
 from broker.handlers import REGISTRY, supported_api_versions
 from broker.log.checkpoint import CLEAN_SHUTDOWN_MARKER
-from protocol.framing import request_header_version, response_header_version
+from protocol.framing import request_frame, request_header_version, response_header_version
 from protocol import messages
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions_request import ApiVersionsRequest
@@ -44,6 +46,7 @@ from protocol.messages.metadata_response import MetadataResponse
 from protocol.messages.request_header import RequestHeader
 from tests.broker_process import BrokerProcess
 from tests.raw_client import RawClient
+from tests.test_produce_support import batch, create_topic, fetch_request, produce
 
 pytestmark = pytest.mark.e2e
 
@@ -425,6 +428,31 @@ def test_idle_client_does_not_delay_shutdown(broker_factory):
         assert b.stop() == 0
         assert time.monotonic() - started < 5  # far below the 10 s grace period
         assert c.is_closed_by_broker()
+    assert_clean_log(b)
+
+
+def test_a_client_that_stops_reading_does_not_delay_shutdown(broker_factory):
+    """Its answer waits in the broker and it will not read the one queued behind it either: the
+    broker stops at once instead of after the 10 s grace period."""
+    b = broker_factory()
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, "big")
+        for _ in range(12):
+            assert produce(c, "big", batch([random.randbytes(900_000)])).error_code == 0
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.connect(("127.0.0.1", b.port))
+    try:
+        whole = request_frame(fetch_request("big", 0, partition_max_bytes=50 << 20), 12, 1, "x")
+        stalled.sendall(whole + whole)
+        deadline = time.monotonic() + 10
+        while not select.select([stalled], [], [], 0.05)[0]:  # the answer has started to arrive
+            assert time.monotonic() < deadline
+        started = time.monotonic()
+        assert b.stop() == 0
+        assert time.monotonic() - started < 5
+    finally:
+        stalled.close()
     assert_clean_log(b)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.structs import TopicPartition as AioTopicPartition
 from confluent_kafka import TopicPartition
@@ -96,57 +97,55 @@ def test_kafka_answers_on_the_wire(broker, topic_name):
         assert (got.error_code, got.log_start_offset, got.high_watermark) == (0, 10, 11)
 
 
-def test_confluent_delete_records_and_records_a_consumer_holds(broker, topic_name):
+@pytest.fixture
+def holder(broker, topic_name):
+    """Ten records, and an explicit-mode consumer of a new group starting at the earliest offset
+    that holds them all: (group, consumers, that consumer, its records)."""
+    create_topic(broker.bootstrap, topic_name)
+    produce_records(broker.bootstrap, topic_name, [b"%d" % i for i in range(10)])
+    group = earliest_group(broker.bootstrap)
+    consumers = Consumers(broker.bootstrap)
+    a = consumers.new(group, topic_name, explicit=True)
+    yield group, consumers, a, poll_until(a, lambda got: len(got) == 10)
+    consumers.close_all()
+
+
+def test_confluent_delete_records_and_records_a_consumer_holds(broker, topic_name, holder):
     """Acquired records stay their consumer's to acknowledge when deleted under it (Kafka only
     archives available ones); the group's lag then counts nothing below the new start."""
-    create_topic(broker.bootstrap, topic_name)
-    produce_records(broker.bootstrap, topic_name, [b"%d" % i for i in range(10)])
-    group = earliest_group(broker.bootstrap)
-    consumers = Consumers(broker.bootstrap)
-    try:
-        a = consumers.new(group, topic_name, explicit=True)
-        held = poll_until(a, lambda got: len(got) == 10)
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 3})
-        (future,) = admin.delete_records([TopicPartition(topic_name, 0, 5)]).values()
-        assert future.result(TIMEOUT).low_watermark == 5
-        for m in held:
+    group, _, a, held = holder
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap, "log_level": 3})
+    (future,) = admin.delete_records([TopicPartition(topic_name, 0, 5)]).values()
+    assert future.result(TIMEOUT).low_watermark == 5
+    for m in held:
+        a.acknowledge(m)
+    results = a.commit_sync()
+    assert [(tp.partition, tp.error) for tp in results] == [(0, None)]
+    assert share_offsets(broker.bootstrap, group, topic_name)[1] == 0
+
+
+def test_released_records_below_the_new_start_are_not_delivered_again(broker, topic_name, holder):
+    group, consumers, a, held = holder
+    for m in held:
+        if m.offset() < 3:
             a.acknowledge(m)
-        results = a.commit_sync()
-        assert [(tp.partition, tp.error) for tp in results] == [(0, None)]
-        assert share_offsets(broker.bootstrap, group, topic_name)[1] == 0
-    finally:
-        consumers.close_all()
-
-
-def test_released_records_below_the_new_start_are_not_delivered_again(broker, topic_name):
-    create_topic(broker.bootstrap, topic_name)
-    produce_records(broker.bootstrap, topic_name, [b"%d" % i for i in range(10)])
-    group = earliest_group(broker.bootstrap)
-    consumers = Consumers(broker.bootstrap)
-    try:
-        a = consumers.new(group, topic_name, explicit=True)
-        for m in poll_until(a, lambda got: len(got) == 10):
-            if m.offset() < 3:
-                a.acknowledge(m)
-        a.commit_sync()
-        consumers.close(a)  # releases 3-9
-        with RawClient(broker.bootstrap) as c:
-            assert delete_records(c, (topic_name, 0, 6)) == [(topic_name, 0, 0, 6)]
-        produce_records(broker.bootstrap, topic_name, [b"10"])
-        # As in Kafka, the group learns of the new start at its next fetch: until then its lag
-        # still counts 3-5.
-        assert share_offsets(broker.bootstrap, group, topic_name)[1] == 8
-        # 3-5 were available below the new start: archived, never delivered again; a new group
-        # starting at the earliest offset starts at the log start.
-        for g, first in ((group, 6), (earliest_group(broker.bootstrap), 6)):
-            b = consumers.new(g, topic_name)
-            got = poll_until(b, lambda got: 10 in offsets(got))
-            assert sorted(offsets(got)) == list(range(first, 11))
-            b.commit_sync()
-            assert share_offsets(broker.bootstrap, g, topic_name)[1] == 0
-            consumers.close(b)
-    finally:
-        consumers.close_all()
+    a.commit_sync()
+    consumers.close(a)  # releases 3-9
+    with RawClient(broker.bootstrap) as c:
+        assert delete_records(c, (topic_name, 0, 6)) == [(topic_name, 0, 0, 6)]
+    produce_records(broker.bootstrap, topic_name, [b"10"])
+    # As in Kafka, the group learns of the new start at its next fetch: until then its lag
+    # still counts 3-5.
+    assert share_offsets(broker.bootstrap, group, topic_name)[1] == 8
+    # 3-5 were available below the new start: archived, never delivered again; a new group
+    # starting at the earliest offset starts at the log start.
+    for g in (group, earliest_group(broker.bootstrap)):
+        b = consumers.new(g, topic_name)
+        got = poll_until(b, lambda got: 10 in offsets(got))
+        assert sorted(offsets(got)) == list(range(6, 11))
+        b.commit_sync()
+        assert share_offsets(broker.bootstrap, g, topic_name)[1] == 0
+        consumers.close(b)
 
 
 def test_the_new_log_start_survives_kill_9_and_whole_segments_below_it_go(broker_factory, topic_name):

@@ -129,11 +129,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self._closed = True
-        self._unstall()
         self.server.connections.discard(self)
         self._wake()
-        if self._writable is not None and not self._writable.done():
-            self._writable.set_result(None)
+        self.resume_writing()  # nothing more will be written: release a worker waiting to
         for cb in self._close_callbacks:
             try:
                 cb()

@@ -13,8 +13,13 @@ from broker.config import BrokerConfig
 from broker.log.checkpoint import CLEAN_SHUTDOWN_MARKER
 from broker.log.file import FileLogStore
 from tests.raw_client import RawClient
+from tests.test_e2e_share_support import set_group_configs
 from tests.test_log_support import blob, make_batch
-from tests.test_produce_support import batch, create_topic, fetch, headers_of, produce, records_of
+from tests.test_produce_support import batch, create_topic, fetch, headers_of, list_offset, produce, records_of
+from tests.test_share_wire_support import ShareMember, parts, unique
+from tests.test_share_wire_support import create_topic as create_topic_with_id
+
+KAFKA_STORAGE_ERROR = 56
 
 
 def read_all(bootstrap: str, topic: str, count: int) -> dict[int, bytes]:
@@ -114,6 +119,44 @@ def test_torn_tail_is_truncated_at_start_up(broker_factory, topic_name):
         assert [r.value for r in records_of(part.records)] == [b"v%d" % i for i in range(4) for _ in range(3)]
         assert produce(c, topic_name, batch([b"again"])).base_offset == 12
     assert "truncating the log to offset 12" in b.log()
+
+
+def test_a_segment_cut_under_the_running_broker(broker_factory, topic_name):
+    """A segment file cut while the broker runs (by hand, a damaged disk) is never served as if
+    the log ended there: Fetch, ShareFetch, ListOffsets and Produce get KAFKA_STORAGE_ERROR for
+    that partition (Kafka takes the log directory offline), other partitions go on, the broker
+    logs it once, and a restart recovers the whole batches before the cut."""
+    b = broker_factory()
+    healthy = topic_name + "-ok"
+    with RawClient(b.bootstrap) as c, ShareMember(b.bootstrap, unique("g")) as member:
+        topic_id = create_topic_with_id(c, topic_name)
+        create_topic(c, healthy)
+        member.open([(topic_id, 0)])
+        for i in range(5):
+            produce(c, topic_name, batch([b"v%d" % i] * 3))
+        last = headers_of(fetch(c, topic_name, 12).records)[0]
+        segment = b.data_dir / f"{topic_name}-0" / ("%020d.log" % 0)
+        os.truncate(segment, segment.stat().st_size - last.size // 2)  # the 5th batch cut in half
+
+        assert fetch(c, topic_name, 0).error_code == KAFKA_STORAGE_ERROR
+        assert parts(member.fetch())[(topic_id, 0)].error_code == KAFKA_STORAGE_ERROR
+        by_time = unique("g")  # a new share partition reset by timestamp reads the log to start
+        set_group_configs(b.bootstrap, by_time, {"share.auto.offset.reset": "by_duration:PT1H"})
+        with ShareMember(b.bootstrap, by_time) as late:
+            assert parts(late.fetch([(topic_id, 0)]))[(topic_id, 0)].error_code == KAFKA_STORAGE_ERROR
+        assert list_offset(c, topic_name, 0).error_code == KAFKA_STORAGE_ERROR
+        assert produce(c, topic_name, batch([b"lost"])).error_code == KAFKA_STORAGE_ERROR
+        assert produce(c, healthy, batch([b"fine"])).error_code == 0
+        assert [r.value for r in records_of(fetch(c, healthy, 0).records)] == [b"fine"]
+    assert b.log().count("offline until a restart") == 1
+    assert "Traceback" not in b.log()
+
+    b.restart()
+    with RawClient(b.bootstrap) as c:
+        part = fetch(c, topic_name, 0)
+        assert part.high_watermark == 12
+        assert [r.value for r in records_of(part.records)] == [b"v%d" % i for i in range(4) for _ in range(3)]
+        assert produce(c, topic_name, batch([b"again"])).base_offset == 12
 
 
 async def test_a_failing_shutdown_step_still_flushes_and_closes_the_logs(tmp_path, caplog):

@@ -192,6 +192,40 @@ async def test_failed_fsync_takes_the_log_offline(tmp_path, caplog):
     assert not (tmp_path / ".kafka_cleanshutdown").exists()
 
 
+async def test_a_segment_cut_under_the_broker_takes_the_log_offline(tmp_path, caplog):
+    """A segment file shorter than what was written to it (cut by hand, a damaged disk) is
+    never read as if the data ended there: the reads that reach the missing bytes raise
+    KafkaStorageError, the log refuses appends (they would leave a hole in the file), and it
+    is logged once. A restart recovers the whole batches before the cut."""
+    store = make(tmp_path, CountingFsync())
+    log = store.create("t", 0, TOPIC_ID, None)
+    for i in range(4):
+        append(log, make_batch(10, value_size=100, ts=1000 + i))
+    first = log.read(0, 1, min_one=True).size  # the first batch's bytes
+    with open(tmp_path / "t-0" / "00000000000000000000.log", "r+b") as f:
+        f.truncate(2 * first + 50)  # the third batch is cut, the fourth gone
+    assert not log.offline
+    with caplog.at_level(logging.ERROR, logger="broker.log.partition"):
+        with pytest.raises(KafkaStorageError, match="shorter than the data written"):
+            log.read(0, 1 << 20)
+        assert log.offline
+        with pytest.raises(KafkaStorageError):
+            log.offset_for_timestamp(1003)
+        with pytest.raises(KafkaStorageError):
+            log.max_timestamp()
+        with pytest.raises(KafkaStorageError):
+            append(log, make_batch(1))
+    assert sum("offline until a restart" in r.getMessage() for r in caplog.records) == 1
+    await store.close()
+    assert not (tmp_path / ".kafka_cleanshutdown").exists()
+
+    store = make(tmp_path, CountingFsync())
+    log = store.get("t", 0)
+    assert (log.start_offset, log.end_offset) == (0, 20)
+    assert [(first, last) for first, last, _ in stored_model(log)] == [(0, 9), (10, 19)]
+    await store.close()
+
+
 async def test_a_full_disk_refuses_appends_without_tearing_the_log(tmp_path, caplog, monkeypatch):
     """A write that fails part-way (ENOSPC after some bytes) is cut off again: the log keeps its
     offsets and bytes, appends get KafkaStorageError and succeed again, at the next offset, once

@@ -32,7 +32,7 @@ from protocol.messages.fetch_response import (
     PartitionData,
 )
 
-from ..log import OffsetOutOfRange
+from ..log import KafkaStorageError, OffsetOutOfRange
 from ..partitions import LEADER_EPOCH, data_key
 
 API_KEY = 1
@@ -125,6 +125,10 @@ def _read(plan: _Plan, max_bytes: int) -> int:
             r = lg.read(fp.fetch_offset, budget, min_one=min_one, headers=False)
         except OffsetOutOfRange:
             _set_error(pd, ErrorCode.OFFSET_OUT_OF_RANGE)
+            plan.errors = True
+            continue
+        except KafkaStorageError:  # the log has logged it and gone offline
+            _set_error(pd, ErrorCode.KAFKA_STORAGE_ERROR)
             plan.errors = True
             continue
         pd.error_code = 0

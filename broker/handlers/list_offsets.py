@@ -22,6 +22,7 @@ from protocol.messages.list_offsets_response import (
     ListOffsetsTopicResponse,
 )
 
+from ..log import KafkaStorageError
 from ..partitions import LEADER_EPOCH
 from .fetch import leader_epoch_error
 
@@ -76,5 +77,8 @@ async def handle(ctx, req) -> ListOffsetsResponse:
             if code is not None:
                 resp.error_code = code
                 continue
-            resp.timestamp, resp.offset, resp.leader_epoch = lookup(lg, p.timestamp)
+            try:
+                resp.timestamp, resp.offset, resp.leader_epoch = lookup(lg, p.timestamp)
+            except KafkaStorageError:  # the log has logged it and gone offline
+                resp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
     return ListOffsetsResponse(throttle_time_ms=0, topics=out)

@@ -35,7 +35,7 @@ class GroupCommit:
         self.durable = durable
         self.executor = executor
         self.rounds = 0
-        self.failure: BaseException | None = None
+        self.failure: BaseException | None = None  # a failed fsync, or a read that found the file cut
         self._running: asyncio.Future | None = None
 
     @property
@@ -48,13 +48,13 @@ class GroupCommit:
             if self._running is not None:
                 await asyncio.shield(self._running)
             if self.failure is not None:
-                raise KafkaStorageError(f"log is offline after a failed flush: {self.failure}")
+                raise KafkaStorageError(f"log is offline: {self.failure}")
             if self._running is None:
                 self._running = asyncio.ensure_future(self._run())
             await asyncio.shield(self._running)
         while self.durable < target:
             if self.failure is not None:
-                raise KafkaStorageError(f"log is offline after a failed flush: {self.failure}")
+                raise KafkaStorageError(f"log is offline: {self.failure}")
             if self._running is None:
                 self._running = asyncio.ensure_future(self._run())
             await asyncio.shield(self._running)

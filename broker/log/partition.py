@@ -311,9 +311,13 @@ class Log:
             i += 1
             if offset >= seg.next_offset:
                 continue
-            view, batches, reached_end = seg.read(
-                offset, budget, min_one and not result.size, interval, len(result.chunks), headers
-            )
+            try:
+                view, batches, reached_end = seg.read(
+                    offset, budget, min_one and not result.size, interval, len(result.chunks), headers
+                )
+            except KafkaStorageError as e:
+                self._read_failed(e)
+                raise
             if view is not None and len(view):
                 result.chunks.append(view)
                 result.size += len(view)
@@ -324,10 +328,25 @@ class Log:
             offset = seg.next_offset
         return result
 
+    def _read_failed(self, error: KafkaStorageError) -> None:
+        """A segment read came back short or failed: the file no longer holds what was written
+        (cut or damaged under the broker). Appends after it would leave a hole, so the log goes
+        offline as after a failed flush; a restart's recovery keeps its valid prefix."""
+        if self._committer.failure is None:
+            self._committer.failure = error
+            log.error("%s-%d is offline until a restart: %s", self.topic, self.partition, error)
+
     # -- timestamps ----------------------------------------------------------------------------
 
     def offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         """``(timestamp, offset)`` of the first record at or after ``ts_ms`` (ListOffsets)."""
+        try:
+            return self._offset_for_timestamp(ts_ms)
+        except KafkaStorageError as e:
+            self._read_failed(e)
+            raise
+
+    def _offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
         start = self.start_offset
         interval = self.config.index_interval_bytes
         for seg in self._segments:
@@ -359,7 +378,11 @@ class Log:
         if best is None:
             return NO_TIMESTAMP, -1
         interval = self.config.index_interval_bytes
-        view, batches, _ = best.read(best.offset_of_max_timestamp, 1, True, interval)
+        try:
+            view, batches, _ = best.read(best.offset_of_max_timestamp, 1, True, interval)
+        except KafkaStorageError as e:
+            self._read_failed(e)
+            raise
         if not batches:
             return NO_TIMESTAMP, -1
         h = batches[0].header
@@ -506,7 +529,7 @@ class Log:
 
     @property
     def offline(self) -> bool:
-        """A flush failed: the log takes no more writes until a restart."""
+        """A flush or a read failed: the log takes no more writes until a restart."""
         return self._committer.failure is not None
 
 

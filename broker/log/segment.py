@@ -16,7 +16,7 @@ from typing import Protocol
 from protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, parse_header, walk_headers
 
 from .index import OffsetIndex, TimeIndex
-from .store import ReadBatch
+from .store import KafkaStorageError, ReadBatch
 
 NO_TIMESTAMP = -1
 _LENGTH = struct.Struct(">i")  # a batch's length, at byte 8
@@ -123,7 +123,18 @@ class FileSegmentData:
             done += os.pwrite(self.fd, view[done:] if done else view, position + done)
 
     def read(self, position: int, size: int) -> bytes:
-        return os.pread(self.fd, size, position)
+        """Exactly ``size`` bytes: callers only ask for bytes the log wrote, so fewer mean the
+        file was cut under the broker, which no reader may take for the end of the data."""
+        try:
+            data = os.pread(self.fd, size, position)
+        except OSError as e:
+            raise KafkaStorageError(f"{self.path('.log')}: read failed: {e}") from e
+        if len(data) < size:
+            raise KafkaStorageError(
+                f"{self.path('.log')}: {len(data)} of {size} bytes at position {position}: "
+                "the file is shorter than the data written to it"
+            )
+        return data
 
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)

@@ -22,7 +22,7 @@ from uuid import UUID
 from coordinator.group.configs import EffectiveGroupConfig, effective
 from protocol.errors import ErrorCode, KafkaError
 
-from ..log import OffsetOutOfRange
+from ..log import KafkaStorageError, OffsetOutOfRange
 from ..metrics import ShareGroupStats, SharePartitionStats, per_topic
 from ..partitions import data_key
 from .offset_reset import resolve_start_offset
@@ -104,6 +104,27 @@ def _read_size(leader: _Leader, params: FetchParams, budget_bytes: int) -> int:
     return min(budget_bytes, want)
 
 
+def _load_error(e: BaseException) -> KafkaError:
+    """What every fetch waiting on a failed share-partition load answers."""
+    if isinstance(e, KafkaError):
+        return e
+    if isinstance(e, KafkaStorageError):  # e.g. a by_duration reset reading a damaged log
+        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(e))
+    return KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)
+
+
+def _read_next(lg, sp: SharePartition, read_bytes: int):
+    """``(offset, read)`` from the share partition's next fetch offset (read None at the log
+    end); a log start that passed that offset is applied first."""
+    offset = sp.next_fetch_offset()
+    try:
+        return offset, (lg.read(offset, read_bytes) if offset < lg.end_offset else None)
+    except OffsetOutOfRange:
+        sp.on_log_start_offset(lg.start_offset)
+        offset = sp.next_fetch_offset()
+        return offset, (lg.read(offset, read_bytes) if offset < lg.end_offset else None)
+
+
 class SharePartitionManager:
     def __init__(
         self,
@@ -157,8 +178,13 @@ class SharePartitionManager:
             except BaseException as e:
                 if self._leaders.get(key) is leader:  # (an admin request may have dropped it meanwhile)
                     del self._leaders[key]
-                leader.loaded.set_exception(e if isinstance(e, KafkaError) else KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR))
+                error = _load_error(e)
+                leader.loaded.set_exception(error)
                 leader.loaded.exception()  # retrieved: waiters re-raise it
+                if error is not e and isinstance(e, Exception):  # the first caller gets the same answer
+                    if not isinstance(e, KafkaStorageError):  # (a log reports its own failure)
+                        log.exception("share partition %s: loading failed", key)
+                    raise error from e
                 raise
         elif not leader.loaded.done():
             await asyncio.shield(leader.loaded)
@@ -264,14 +290,11 @@ class SharePartitionManager:
             if not sp.can_acquire():
                 reads.append((topic_id, p, sp, None, ErrorCode.NONE))
                 continue
-            offset = sp.next_fetch_offset()
-            read_bytes = _read_size(leader, params, budget_bytes)
             try:
-                rr = lg.read(offset, read_bytes) if offset < lg.end_offset else None
-            except OffsetOutOfRange:
-                sp.on_log_start_offset(lg.start_offset)
-                offset = sp.next_fetch_offset()
-                rr = lg.read(offset, read_bytes) if offset < lg.end_offset else None
+                offset, rr = _read_next(lg, sp, _read_size(leader, params, budget_bytes))
+            except KafkaStorageError:  # the log has logged it and gone offline
+                reads.append((topic_id, p, sp, None, ErrorCode.KAFKA_STORAGE_ERROR))
+                continue
             if rr is not None and rr.batches:
                 total += rr.size
                 leader.bytes_per_record = rr.size / (rr.batches[-1].last_offset - rr.batches[0].base_offset + 1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -148,6 +149,25 @@ async def test_session_expiry_fences_the_silent_member_only(tmp_path):
     assert runtime.coordinator.member("g", B) is not None
     resp = await hb(runtime, B, b.member_epoch)
     assert resp.member_epoch > b.member_epoch and parts(resp, orders) == [0, 1, 2, 3]
+
+
+async def test_a_wall_clock_step_does_not_expire_sessions(tmp_path, monkeypatch):
+    """With the real clock, a wall-clock step of an hour (an NTP step, a laptop waking up)
+    leaves a member's session alone when the expiry timer runs."""
+    topics = registry(tmp_path)
+    runtime = Recording(topics, group_broker_properties({}), GroupConfigStore(None))
+    departed: list[tuple[str, str]] = []
+    runtime.on_member_departed(lambda g, m: departed.append((g, m)))
+    topics.create("orders", 1)
+    await hb(runtime, A, 0, ["orders"])
+    hour_ns = 3600 * 10**9
+    wall_ns, wall = time.time_ns, time.time
+    monkeypatch.setattr(time, "time_ns", lambda: wall_ns() + hour_ns)
+    monkeypatch.setattr(time, "time", lambda: wall() + 3600)
+    runtime._on_timer()  # what the session timer runs whenever it fires
+    await runtime.stop()
+    assert departed == []
+    assert runtime.coordinator.member("g", A) is not None
 
 
 async def test_timer_follows_the_earliest_deadline(tmp_path):

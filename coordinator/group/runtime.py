@@ -102,12 +102,12 @@ class Clock(Protocol):
 
 
 class LoopClock:
-    """Wall-clock milliseconds (records carry them, as Kafka's do) with timers on the running
-    event loop. A wall-clock step only makes the timer fire early or late; the coordinator
-    then finds nothing (or more) expired and the timer is re-armed."""
+    """Monotonic milliseconds with timers on the running event loop. Session deadlines must
+    not move with the wall clock (an NTP step, a laptop resuming from sleep would expire every
+    member at once); Kafka's coordinator timers run on nanoTime too. No record carries them."""
 
     def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
+        return time.monotonic_ns() // 1_000_000
 
     def call_at(self, when_ms: int, callback: Callable[[], None]) -> TimerHandle:
         loop = asyncio.get_running_loop()

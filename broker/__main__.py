@@ -85,6 +85,7 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
 
 async def serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) -> None:
     from .broker import Broker
+    from .log import KafkaStorageError
 
     # Handlers first: once "listening" is printed, SIGTERM must mean a graceful stop.
     stop = asyncio.Event()
@@ -93,7 +94,7 @@ async def serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) ->
         loop.add_signal_handler(sig, stop.set)
     try:
         broker = Broker(config, metrics_address=metrics)
-    except OSError as e:  # a data directory that is a file, not writable, on a full disk, ...
+    except (OSError, KafkaStorageError) as e:  # a data directory that is a file, not writable, unreadable, ...
         raise StartupError(f"cannot open the data directory {config.data_dir}: {e}") from None
     try:
         host, port = await broker.start()

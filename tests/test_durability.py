@@ -6,6 +6,7 @@ import errno
 import os
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from broker.broker import Broker
@@ -157,6 +158,27 @@ def test_a_segment_cut_under_the_running_broker(broker_factory, topic_name):
         assert part.high_watermark == 12
         assert [r.value for r in records_of(part.records)] == [b"v%d" % i for i in range(4) for _ in range(3)]
         assert produce(c, topic_name, batch([b"again"])).base_offset == 12
+
+
+async def test_an_unreadable_segment_at_start_stops_it_with_the_reason(broker_factory, topic_name, monkeypatch):
+    """A disk that fails reads (EIO) while the start recovers a log after kill -9 stops the
+    start with the path and the reason, not a traceback."""
+    from broker.__main__ import StartupError, serve
+    from broker.log import segment
+
+    b = broker_factory()
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        produce(c, topic_name, batch([b"v"] * 3))
+    b.kill()  # no clean-shutdown marker: the start reads the segments again
+
+    def failing_pread(fd, size, position):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(segment.os, "pread", failing_pread)
+    config = BrokerConfig({"log.dirs": str(b.data_dir), "listeners": "PLAINTEXT://127.0.0.1:0"})
+    with pytest.raises(StartupError, match=r"cannot open the data directory .*Input/output error"):
+        await serve(config)
 
 
 async def test_a_failing_shutdown_step_still_flushes_and_closes_the_logs(tmp_path, caplog):

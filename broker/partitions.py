@@ -56,12 +56,24 @@ if TYPE_CHECKING:
 log = logging.getLogger("kshare.partitions")
 
 LEADER_EPOCH = 0  # a single broker leads every partition forever, with epoch 0
+NO_LEADER = -1
 REPLAY_SEGMENTS = 2  # segments replayed when no producer snapshot is usable
 REPLAY_CHUNK_BYTES = 8 << 20
 EXPIRATION_CHECK_INTERVAL_MS = 600_000  # Kafka's producer.id.expiration.check.interval.ms default
 INVALID_TIMESTAMP_MESSAGE = "One or more records have been rejected due to invalid timestamp"
 _NO_LOG_APPEND_TIME = "Producer should not set timestamp type to LogAppendTime."
 TRANSACTIONS_UNSUPPORTED = "Transactions are not supported by this broker (kshare): transactional batches are refused"
+
+
+def leader_of(store, node: int, topic: str, partition: int) -> tuple[ErrorCode, int, list[int]]:
+    """``(error, leader, offline replicas)`` of a partition in Metadata and
+    DescribeTopicPartitions. A log that went offline (a failed fsync or read) is shown as
+    Kafka shows a partition whose only replica's log directory failed: no leader, so clients
+    stop fetching from it and producing to it instead of retrying KAFKA_STORAGE_ERROR."""
+    lg = store.get(topic, partition)
+    if lg is not None and lg.offline:
+        return ErrorCode.LEADER_NOT_AVAILABLE, NO_LEADER, [node]
+    return ErrorCode.NONE, node, []
 
 
 def data_key(topic: str, partition: int) -> tuple[str, int]:

@@ -1,4 +1,5 @@
-"""Durability across restarts: clean stops, kill -9 with flush.messages=1, torn segment tails."""
+"""Durability across restarts (clean stops, kill -9 with flush.messages=1, torn segment tails) and
+segments damaged under a running broker or unreadable at start."""
 
 from __future__ import annotations
 
@@ -13,14 +14,20 @@ from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.log.checkpoint import CLEAN_SHUTDOWN_MARKER
 from broker.log.file import FileLogStore
+from protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest, TopicRequest
+from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
+from tests.broker_process import BrokerProcess
 from tests.raw_client import RawClient
-from tests.test_e2e_share_support import set_group_configs
+from tests.test_e2e_share_support import Consumers, earliest_group, poll_for, poll_until, set_group_configs
+from tests.test_e2e_share_support import produce as produce_confluent
 from tests.test_log_support import blob, make_batch
+from tests.test_metrics_e2e import scrape
+from tests.test_metrics_e2e import value as metric_value
 from tests.test_produce_support import batch, create_topic, fetch, headers_of, list_offset, produce, records_of
 from tests.test_share_wire_support import ShareMember, parts, unique
 from tests.test_share_wire_support import create_topic as create_topic_with_id
 
-KAFKA_STORAGE_ERROR = 56
+LEADER_NOT_AVAILABLE, KAFKA_STORAGE_ERROR = 5, 56
 
 
 def read_all(bootstrap: str, topic: str, count: int) -> dict[int, bytes]:
@@ -125,8 +132,9 @@ def test_torn_tail_is_truncated_at_start_up(broker_factory, topic_name):
 def test_a_segment_cut_under_the_running_broker(broker_factory, topic_name):
     """A segment file cut while the broker runs (by hand, a damaged disk) is never served as if
     the log ended there: Fetch, ShareFetch, ListOffsets and Produce get KAFKA_STORAGE_ERROR for
-    that partition (Kafka takes the log directory offline), other partitions go on, the broker
-    logs it once, and a restart recovers the whole batches before the cut."""
+    that partition and Metadata shows it without a leader (Kafka takes the log directory
+    offline), other partitions go on, the broker logs it once, and a restart recovers the whole
+    batches before the cut."""
     b = broker_factory()
     healthy = topic_name + "-ok"
     with RawClient(b.bootstrap) as c, ShareMember(b.bootstrap, unique("g")) as member:
@@ -149,6 +157,8 @@ def test_a_segment_cut_under_the_running_broker(broker_factory, topic_name):
         assert produce(c, topic_name, batch([b"lost"])).error_code == KAFKA_STORAGE_ERROR
         assert produce(c, healthy, batch([b"fine"])).error_code == 0
         assert [r.value for r in records_of(fetch(c, healthy, 0).records)] == [b"fine"]
+        assert leaders(c, topic_name, healthy) == {
+            topic_name: (LEADER_NOT_AVAILABLE, -1, [1]), healthy: (0, 1, [])}
     assert b.log().count("offline until a restart") == 1
     assert "Traceback" not in b.log()
 
@@ -158,6 +168,50 @@ def test_a_segment_cut_under_the_running_broker(broker_factory, topic_name):
         assert part.high_watermark == 12
         assert [r.value for r in records_of(part.records)] == [b"v%d" % i for i in range(4) for _ in range(3)]
         assert produce(c, topic_name, batch([b"again"])).base_offset == 12
+        assert leaders(c, topic_name)[topic_name] == (0, 1, [])
+
+
+def leaders(client: RawClient, *topics: str) -> dict[str, tuple[int, int, list[int]]]:
+    """{topic: (error, leader, offline replicas) of partition 0} from Metadata, checked to be
+    the same in DescribeTopicPartitions."""
+    md = client.request(3, 12, MetadataRequest(topics=[MetadataRequestTopic(name=t) for t in topics]))
+    dtp = client.request(75, 0, DescribeTopicPartitionsRequest(
+        topics=[TopicRequest(name=t) for t in topics], response_partition_limit=100))
+    out = {t.name: (t.partitions[0].error_code, t.partitions[0].leader_id, t.partitions[0].offline_replicas)
+           for t in md.topics}
+    assert {t.name: (t.partitions[0].error_code, t.partitions[0].leader_id, t.partitions[0].offline_replicas)
+            for t in dtp.topics} == out
+    return out
+
+
+def test_a_share_consumer_leaves_a_partition_whose_log_is_offline_alone(tmp_path, topic_name):
+    """confluent-kafka's ShareConsumer, subscribed to a topic whose log went offline and to a
+    healthy one, reads the missing leader: it consumes the healthy topic and sends almost no
+    requests for the other, where KAFKA_STORAGE_ERROR alone made it retry thousands of times a
+    second."""
+    b = BrokerProcess(tmp_path / "data", extra_args=["--metrics-port", "0"]).start()
+    consumers = Consumers(b.bootstrap)
+    healthy = topic_name + "-ok"
+    try:
+        with RawClient(b.bootstrap) as c:
+            create_topic(c, topic_name)
+            create_topic(c, healthy)
+            for i in range(5):
+                produce(c, topic_name, batch([b"v%d" % i] * 3))
+            segment = b.data_dir / f"{topic_name}-0" / ("%020d.log" % 0)
+            os.truncate(segment, segment.stat().st_size // 2)
+            assert fetch(c, topic_name, 0).error_code == KAFKA_STORAGE_ERROR
+        group = earliest_group(b.bootstrap)
+        produce_confluent(b.bootstrap, healthy, [b"a", b"b", b"c"])
+        consumer = consumers.new(group, [topic_name, healthy])
+        got = poll_until(consumer, lambda got: len(got) >= 3)
+        got += poll_for(consumer, 1.0)
+        assert sorted((m.topic(), m.value()) for m in got) == [(healthy, v) for v in (b"a", b"b", b"c")]
+        share_fetches = metric_value(scrape(b), "kafka_network_requestmetrics_requests_total", request="ShareFetch")
+        assert share_fetches < 100
+    finally:
+        consumers.close_all()
+        b.kill()
 
 
 async def test_an_unreadable_segment_at_start_stops_it_with_the_reason(broker_factory, topic_name, monkeypatch):

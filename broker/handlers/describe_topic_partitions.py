@@ -20,6 +20,7 @@ from protocol.messages.describe_topic_partitions_response import (
 from protocol.primitives import ZERO_UUID
 
 from ..authz import TOPIC_OPERATIONS
+from ..partitions import leader_of
 from ..topic_configs import broker_value
 from ..topics import INTERNAL_TOPICS, validate_topic_name
 
@@ -76,14 +77,14 @@ async def handle(ctx, req) -> DescribeTopicPartitionsResponse:
             continue
         start = cursor.partition_index if cursor is not None and name == cursor_name else 0
         end = min(topic.partitions, start + remaining)
-        partitions = [
-            DescribeTopicPartitionsResponsePartition(
-                error_code=ErrorCode.NONE, partition_index=p, leader_id=node, leader_epoch=0,
+        partitions = []
+        for p in range(start, end):
+            error, leader, offline = leader_of(broker.store, node, name, p)
+            partitions.append(DescribeTopicPartitionsResponsePartition(
+                error_code=error, partition_index=p, leader_id=leader, leader_epoch=0,
                 replica_nodes=[node], isr_nodes=[node], eligible_leader_replicas=[], last_known_elr=[],
-                offline_replicas=[],
-            )
-            for p in range(start, end)
-        ]
+                offline_replicas=offline,
+            ))
         topics.append(DescribeTopicPartitionsResponseTopic(
             error_code=ErrorCode.NONE, name=name, topic_id=topic.topic_id, is_internal=topic.internal,
             partitions=partitions, topic_authorized_operations=TOPIC_OPERATIONS,

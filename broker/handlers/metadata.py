@@ -1,8 +1,9 @@
 """Metadata: brokers, cluster id and topics (by name, or by topic id from v12).
 
-A single broker leads every partition with leader epoch 0. Unknown topics are created when
-``auto.create.topics.enable`` and the request allow it (synchronously, so the answer already
-carries the new topic instead of Kafka's transient LEADER_NOT_AVAILABLE).
+A single broker leads every partition with leader epoch 0, except one whose log went offline
+(no leader, as Kafka). Unknown topics are created when ``auto.create.topics.enable`` and the
+request allow it (synchronously, so the answer already carries the new topic instead of
+Kafka's transient LEADER_NOT_AVAILABLE).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from protocol.messages.metadata_response import (
 from protocol.primitives import ZERO_UUID
 
 from ..authz import CLUSTER_OPERATIONS, NOT_REQUESTED, TOPIC_OPERATIONS
+from ..partitions import leader_of
 
 API_KEY = 3
 MIN_VERSION, MAX_VERSION = 0, 13
@@ -24,18 +26,19 @@ MIN_VERSION, MAX_VERSION = 0, 13
 
 def topic_metadata(broker, topic, include_ops: bool) -> MetadataResponseTopic:
     node = broker.node_id
+    partitions = []
+    for p in range(topic.partitions):
+        error, leader, offline = leader_of(broker.store, node, topic.name, p)
+        partitions.append(MetadataResponsePartition(
+            error_code=error, partition_index=p, leader_id=leader, leader_epoch=0,
+            replica_nodes=[node], isr_nodes=[node], offline_replicas=offline,
+        ))
     return MetadataResponseTopic(
         error_code=ErrorCode.NONE,
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=topic.internal,
-        partitions=[
-            MetadataResponsePartition(
-                partition_index=p, leader_id=node, leader_epoch=0,
-                replica_nodes=[node], isr_nodes=[node], offline_replicas=[],
-            )
-            for p in range(topic.partitions)
-        ],
+        partitions=partitions,
         topic_authorized_operations=TOPIC_OPERATIONS if include_ops else NOT_REQUESTED,
     )
 

@@ -210,6 +210,9 @@ class BrokerCollector:
         yield from self._share_partitions()
         yield from self._group_coordinator()
         yield from self._share_sessions()
+        yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
+                                "Partitions whose log went offline (a failed fsync or read) until a restart.",
+                                value=sum(lg.offline for lg in self.broker.store.partitions()))
 
     def _requests(self):
         apis = self.metrics.requests.apis()

@@ -207,8 +207,9 @@ def test_a_share_consumer_leaves_a_partition_whose_log_is_offline_alone(tmp_path
         got = poll_until(consumer, lambda got: len(got) >= 3)
         got += poll_for(consumer, 1.0)
         assert sorted((m.topic(), m.value()) for m in got) == [(healthy, v) for v in (b"a", b"b", b"c")]
-        share_fetches = metric_value(scrape(b), "kafka_network_requestmetrics_requests_total", request="ShareFetch")
-        assert share_fetches < 100
+        scraped = scrape(b)
+        assert metric_value(scraped, "kafka_network_requestmetrics_requests_total", request="ShareFetch") < 100
+        assert metric_value(scraped, "kafka_controller_kafkacontroller_offlinepartitionscount") == 1
     finally:
         consumers.close_all()
         b.kill()

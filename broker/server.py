@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import resource
 import socket
 import struct
 import time
@@ -48,6 +50,19 @@ REPORT_INTERVAL_S = 60.0  # refused connections and stalled clients are logged a
 # Fetch and ShareFetch answer one batch (KIP-74's minimum): clients that never read cannot take
 # the broker's memory, and the others still make progress.
 STALLED_RESPONSE_BYTES = 256 << 20
+# At the open-files limit uvloop accepts and closes new connections without telling us (Kafka's
+# acceptor logs each failure), so the idle reaper warns once this share of the limit is used.
+FD_WARNING_FRACTION = 0.9
+
+
+def open_files() -> tuple[int, int] | None:
+    """(descriptors open, soft limit) of this process, where /proc tells and there is a limit."""
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+    return None if limit == resource.RLIM_INFINITY else (used, limit)
 
 
 class CloseConnection(Exception):
@@ -325,6 +340,7 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
         self._refusals = ReportThrottle(REPORT_INTERVAL_S, time.monotonic)
+        self._fd_reports = ReportThrottle(REPORT_INTERVAL_S, time.monotonic)
 
     def refused(self, peer: tuple[str, int]) -> None:
         """A connection over ``max.connections`` is closed at once, and reported at most once a
@@ -361,7 +377,8 @@ class Server:
         return addr[0], addr[1]
 
     async def _reap_idle(self) -> None:
-        """Close connections with no traffic for connections.max.idle.ms, as Kafka does."""
+        """Close connections with no traffic for connections.max.idle.ms, as Kafka does, and
+        warn when the open files near their limit."""
         period = max(0.05, min(self.idle_ms / 1000 / 4, 30.0))
         while True:
             await asyncio.sleep(period)
@@ -370,6 +387,14 @@ class Server:
                 if not conn.busy and not conn._frames and conn.last_active < deadline:
                     log.info("closing idle connection from %s:%d", *conn.peer)
                     conn.close()
+            self._check_open_files()
+
+    def _check_open_files(self) -> None:
+        usage = open_files()
+        if usage is not None and usage[0] >= FD_WARNING_FRACTION * usage[1] and self._fd_reports.occurred():
+            log.warning("%d of %d file descriptors are open (client connections, log segments): new connections "
+                        "are closed at once at the limit; raise the open-files limit (ulimit -n, LimitNOFILE=)",
+                        *usage)
 
     async def stop(self, grace_s: float = 10.0) -> None:
         """Stop accepting, let every connection finish the requests it has read (but not a

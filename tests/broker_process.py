@@ -22,12 +22,14 @@ _METRICS = re.compile(r"kshare metrics on (\S+):(\d+)")
 
 class BrokerProcess:
     def __init__(self, data_dir: Path, overrides: dict[str, str] | None = None, log_level: str = "INFO",
-                 extra_args: list[str] | None = None) -> None:
-        """``extra_args``: more command-line flags, e.g. ``["--metrics-port", "0"]``."""
+                 extra_args: list[str] | None = None, preexec_fn=None) -> None:
+        """``extra_args``: more command-line flags, e.g. ``["--metrics-port", "0"]``;
+        ``preexec_fn``: run in the child before the broker starts (e.g. to set rlimits)."""
         self.data_dir = Path(data_dir)
         self.overrides = dict(overrides or {})
         self.log_level = log_level
         self.extra_args = list(extra_args or [])
+        self.preexec_fn = preexec_fn
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
         self.metrics_address: tuple[str, int] | None = None  # from "kshare metrics on host:port"
@@ -51,7 +53,8 @@ class BrokerProcess:
         cmd += self.extra_args
         self._log_file = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self._log_file, env={**os.environ, "PYTHONUNBUFFERED": "1"}
+            cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=self._log_file, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=self.preexec_fn,
         )
         found = threading.Event()
 

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from broker.__main__ import GC_THRESHOLDS
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
-from tests.broker_process import ROOT
+from tests.broker_process import ROOT, BrokerProcess
 from tests.raw_client import RawClient
 from tests.test_e2e_share_support import set_group_configs
 
@@ -376,6 +377,28 @@ def test_the_broker_runs_with_its_gc_thresholds(tmp_path):
     assert GC_THRESHOLDS[0] > 700
     r = stop_when_ready(tmp_path)
     assert f"gc thresholds {' '.join(map(str, GC_THRESHOLDS))}" in r.stdout, r.stdout
+
+
+def test_a_warning_when_open_files_near_the_limit(tmp_path):
+    """At the open-files limit new connections are closed at once without a word (uvloop accepts
+    and drops them), so the broker warns once 90% of its descriptors are open."""
+    limit = 200  # about 110 go to the internal topics' segments
+    b = BrokerProcess(tmp_path / "data", {"connections.max.idle.ms": "2000"},
+                      preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
+    b.start()
+    sockets = []
+    try:
+        for _ in range(limit - 100):
+            sockets.append(socket.create_connection(("127.0.0.1", b.port), timeout=10))
+        deadline = time.monotonic() + 20
+        while "file descriptors are open" not in b.log():
+            assert time.monotonic() < deadline, b.log()
+            time.sleep(0.1)
+        assert f"of {limit} file descriptors are open" in b.log()
+    finally:
+        for s in sockets:
+            s.close()
+        b.kill()
 
 
 def test_the_broker_takes_the_hard_limit_on_open_files(tmp_path):

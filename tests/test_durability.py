@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 import time
 
 import pytest
@@ -24,10 +25,10 @@ from tests.test_log_support import blob, make_batch
 from tests.test_metrics_e2e import scrape
 from tests.test_metrics_e2e import value as metric_value
 from tests.test_produce_support import batch, create_topic, fetch, headers_of, list_offset, produce, records_of
-from tests.test_share_wire_support import ShareMember, parts, unique
+from tests.test_share_wire_support import ShareMember, acquired, parts, unique
 from tests.test_share_wire_support import create_topic as create_topic_with_id
 
-LEADER_NOT_AVAILABLE, KAFKA_STORAGE_ERROR = 5, 56
+CORRUPT_MESSAGE, LEADER_NOT_AVAILABLE, KAFKA_STORAGE_ERROR = 2, 5, 56
 
 
 def read_all(bootstrap: str, topic: str, count: int) -> dict[int, bytes]:
@@ -182,6 +183,31 @@ def leaders(client: RawClient, *topics: str) -> dict[str, tuple[int, int, list[i
     assert {t.name: (t.partitions[0].error_code, t.partitions[0].leader_id, t.partitions[0].offline_replicas)
             for t in dtp.topics} == out
     return out
+
+
+def test_a_corrupt_batch_answers_corrupt_message_where_it_is_reached(broker_factory, topic_name):
+    """A batch whose length field was damaged on disk: Fetch and ShareFetch serve the batches
+    before it, then answer CORRUPT_MESSAGE where Kafka does, instead of an empty answer that
+    left consumers stuck without a word. The partition stays online and takes appends."""
+    b = broker_factory()
+    with RawClient(b.bootstrap) as c, ShareMember(b.bootstrap, unique("g")) as member:
+        topic_id = create_topic_with_id(c, topic_name)
+        member.open([(topic_id, 0)])
+        for i in range(5):
+            produce(c, topic_name, batch([b"v%d" % i] * 3))
+        first = headers_of(fetch(c, topic_name, 0, partition_max_bytes=1).records)[0]
+        with open(b.data_dir / f"{topic_name}-0" / ("%020d.log" % 0), "r+b") as f:
+            f.seek(2 * first.size + 8)  # the third batch's length
+            f.write(struct.pack(">i", 5))
+
+        assert [r.offset for r in records_of(fetch(c, topic_name, 0).records)] == list(range(6))
+        assert fetch(c, topic_name, 6).error_code == CORRUPT_MESSAGE
+        assert [acquired(p) for p in parts(member.fetch()).values()] == [[(0, 5, 1)]]
+        assert parts(member.fetch())[(topic_id, 0)].error_code == CORRUPT_MESSAGE
+        assert produce(c, topic_name, batch([b"after"])).base_offset == 15
+        assert leaders(c, topic_name)[topic_name] == (0, 1, [])
+    assert b.log().count("reached a corrupt batch") == 1
+    assert "Traceback" not in b.log()
 
 
 def test_a_share_consumer_leaves_a_partition_whose_log_is_offline_alone(tmp_path, topic_name):

@@ -1,4 +1,5 @@
-"""Flush policy: group-committed fsync off the event loop, flush.messages, flush.ms, failures."""
+"""Flush policy: group-committed fsync off the event loop, flush.messages, flush.ms, failures;
+and damage that reads find in the files."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import errno
 import logging
 import os
+import struct
 import threading
 from concurrent.futures import Executor, Future
 
@@ -15,6 +17,7 @@ from broker.log import segment
 from broker.log.config import LogConfig
 from broker.log.file import FINAL_FLUSHES_AT_ONCE, FileLogStore
 from broker.log.store import KafkaStorageError
+from protocol.records import CorruptRecordError
 
 from .test_log_support import TOPIC_ID, FakeClock, append, make_batch, stored_model
 
@@ -223,6 +226,33 @@ async def test_a_segment_cut_under_the_broker_takes_the_log_offline(tmp_path, ca
     log = store.get("t", 0)
     assert (log.start_offset, log.end_offset) == (0, 20)
     assert [(first, last) for first, last, _ in stored_model(log)] == [(0, 9), (10, 19)]
+    await store.close()
+
+
+@pytest.mark.parametrize("batch_length", [5, -12, -100, 2**31 - 1000])
+async def test_a_batch_with_an_impossible_length_is_corrupt_not_the_end_of_the_log(tmp_path, caplog, batch_length):
+    """A damaged length field in the middle of a segment used to read as "no more records":
+    consumers stopped there without a word. Reads that reach it now raise CorruptRecordError
+    (Kafka's CORRUPT_MESSAGE), reported once a minute; the batches before it still read, the
+    log stays online and takes appends."""
+    store = make(tmp_path, CountingFsync())
+    log = store.create("t", 0, TOPIC_ID, None)
+    for _ in range(6):
+        append(log, make_batch(3, value_size=50))
+    size = log.read(0, 1, min_one=True).size
+    with open(tmp_path / "t-0" / "00000000000000000000.log", "r+b") as f:
+        f.seek(2 * size + 8)  # the third batch's length
+        f.write(struct.pack(">i", batch_length))
+    assert [(b.base_offset, b.last_offset) for b in log.read(0, 1 << 20).batches] == [(0, 2), (3, 5)]
+    with caplog.at_level(logging.ERROR, logger="broker.log.partition"):
+        for _ in range(3):
+            with pytest.raises(CorruptRecordError):
+                log.read(6, 1 << 20)
+            with pytest.raises(CorruptRecordError):
+                log.read(6, 1 << 20, headers=False)  # Fetch's way
+    assert sum("read(s) reached a corrupt batch" in r.getMessage() for r in caplog.records) == 1
+    assert not log.offline
+    assert append(log, make_batch(1)).first_offset == 18
     await store.close()
 
 

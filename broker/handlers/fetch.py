@@ -32,7 +32,7 @@ from protocol.messages.fetch_response import (
     PartitionData,
 )
 
-from ..log import KafkaStorageError, OffsetOutOfRange
+from ..log import READ_ERRORS, OffsetOutOfRange
 from ..partitions import LEADER_EPOCH, data_key
 
 API_KEY = 1
@@ -127,8 +127,8 @@ def _read(plan: _Plan, max_bytes: int) -> int:
             _set_error(pd, ErrorCode.OFFSET_OUT_OF_RANGE)
             plan.errors = True
             continue
-        except KafkaStorageError:  # the log has logged it and gone offline
-            _set_error(pd, ErrorCode.KAFKA_STORAGE_ERROR)
+        except READ_ERRORS as e:  # a damaged log, which has reported it
+            _set_error(pd, e.error_code)
             plan.errors = True
             continue
         pd.error_code = 0

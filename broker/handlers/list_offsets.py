@@ -22,7 +22,7 @@ from protocol.messages.list_offsets_response import (
     ListOffsetsTopicResponse,
 )
 
-from ..log import KafkaStorageError
+from ..log import READ_ERRORS
 from ..partitions import LEADER_EPOCH
 from .fetch import leader_epoch_error
 
@@ -79,6 +79,6 @@ async def handle(ctx, req) -> ListOffsetsResponse:
                 continue
             try:
                 resp.timestamp, resp.offset, resp.leader_epoch = lookup(lg, p.timestamp)
-            except KafkaStorageError:  # the log has logged it and gone offline
-                resp.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+            except READ_ERRORS as e:  # a damaged log, which has reported it
+                resp.error_code = e.error_code
     return ListOffsetsResponse(throttle_time_ms=0, topics=out)

@@ -5,6 +5,7 @@ from .file import FileLogStore
 from .memory import MemoryLogStore
 from .partition import Log
 from .store import (
+    READ_ERRORS,
     AppendInfo,
     InconsistentTopicId,
     KafkaStorageError,
@@ -29,6 +30,7 @@ __all__ = [
     "MemoryLogStore",
     "OffsetOutOfRange",
     "PartitionLog",
+    "READ_ERRORS",
     "ReadBatch",
     "ReadResult",
     "RecordTooLarge",

@@ -21,6 +21,7 @@ from protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
+    CorruptRecordError,
     iter_records,
     set_log_append_time,
 )
@@ -31,6 +32,7 @@ from .flush import GroupCommit
 from .index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
 from .segment import NO_TIMESTAMP, Segment
 from .store import (
+    READ_ERRORS,
     AppendInfo,
     KafkaStorageError,
     OffsetOutOfRange,
@@ -95,6 +97,7 @@ class Log:
         # a minute, since a nearly full disk takes small batches and refuses big ones.
         self._write_failures = ReportThrottle(WRITE_FAILURE_REPORT_INTERVAL_MS, clock_ms)
         self._write_failure_reported = False  # and no write succeeded since
+        self._corrupt_reads = ReportThrottle(WRITE_FAILURE_REPORT_INTERVAL_MS, clock_ms)
         self._last_flush_ms = clock_ms()
         self._dir_dirty = False
         self._sync_paths: list[str] = []  # files/dirs to fsync with the next flush
@@ -315,7 +318,7 @@ class Log:
                 view, batches, reached_end = seg.read(
                     offset, budget, min_one and not result.size, interval, len(result.chunks), headers
                 )
-            except KafkaStorageError as e:
+            except READ_ERRORS as e:
                 self._read_failed(e)
                 raise
             if view is not None and len(view):
@@ -328,11 +331,18 @@ class Log:
             offset = seg.next_offset
         return result
 
-    def _read_failed(self, error: KafkaStorageError) -> None:
+    def _read_failed(self, error: KafkaStorageError | CorruptRecordError) -> None:
         """A segment read came back short or failed: the file no longer holds what was written
         (cut or damaged under the broker). Appends after it would leave a hole, so the log goes
-        offline as after a failed flush; a restart's recovery keeps its valid prefix."""
-        if self._committer.failure is None:
+        offline as after a failed flush; a restart's recovery keeps its valid prefix. A batch
+        whose header cannot be right is only reported (at most once a minute), as Kafka answers
+        CORRUPT_MESSAGE for reads that reach it and serves the rest."""
+        if isinstance(error, CorruptRecordError):
+            count = self._corrupt_reads.occurred()
+            if count:
+                log.error("%s-%d: %d read(s) reached a corrupt batch since the last report: %s",
+                          self.topic, self.partition, count, error)
+        elif self._committer.failure is None:
             self._committer.failure = error
             log.error("%s-%d is offline until a restart: %s", self.topic, self.partition, error)
 
@@ -342,7 +352,7 @@ class Log:
         """``(timestamp, offset)`` of the first record at or after ``ts_ms`` (ListOffsets)."""
         try:
             return self._offset_for_timestamp(ts_ms)
-        except KafkaStorageError as e:
+        except READ_ERRORS as e:
             self._read_failed(e)
             raise
 
@@ -380,7 +390,7 @@ class Log:
         interval = self.config.index_interval_bytes
         try:
             view, batches, _ = best.read(best.offset_of_max_timestamp, 1, True, interval)
-        except KafkaStorageError as e:
+        except READ_ERRORS as e:
             self._read_failed(e)
             raise
         if not batches:

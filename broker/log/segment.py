@@ -13,7 +13,15 @@ import struct
 from bisect import bisect_right
 from typing import Protocol
 
-from protocol.records import HEADER, HEADER_SIZE, LOG_OVERHEAD, BatchHeader, parse_header, walk_headers
+from protocol.records import (
+    HEADER,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    CorruptRecordError,
+    parse_header,
+    walk_headers,
+)
 
 from .index import OffsetIndex, TimeIndex
 from .store import KafkaStorageError, ReadBatch
@@ -267,8 +275,12 @@ class Segment:
                 q = p + h.size
             if found is not None:
                 break
-            if q == 0:  # the batch at `pos` is larger than the window: judge it by its header
+            if q == 0:  # the batch at `pos` is larger than the window (or damaged): judge it by its header
                 h = parse_header(buf)
+                if h.size < HEADER_SIZE or pos + h.size > end:
+                    raise CorruptRecordError(
+                        f"segment {self.base_offset}: a batch of {h.size} bytes at position {pos} of {end}"
+                    )
                 if h.base_offset + h.last_offset_delta >= offset:
                     found = 0, h
                     break

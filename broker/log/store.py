@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Protocol, runtime_checkable
 
-from protocol.records import BatchHeader
+from protocol.records import BatchHeader, CorruptRecordError
 
 from .config import LogConfig
 
@@ -37,7 +37,13 @@ class RecordTooLarge(LogError):
 
 
 class KafkaStorageError(LogError):
-    """KAFKA_STORAGE_ERROR: a write or fsync failed; the log refuses further appends."""
+    """KAFKA_STORAGE_ERROR: a write, fsync or read failed; the log refuses further appends."""
+
+    error_code = 56  # KAFKA_STORAGE_ERROR
+
+
+# What a read of a damaged log raises; ``error_code`` is the answer for that partition.
+READ_ERRORS = (KafkaStorageError, CorruptRecordError)
 
 
 class InconsistentTopicId(LogError):

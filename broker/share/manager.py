@@ -22,7 +22,7 @@ from uuid import UUID
 from coordinator.group.configs import EffectiveGroupConfig, effective
 from protocol.errors import ErrorCode, KafkaError
 
-from ..log import KafkaStorageError, OffsetOutOfRange
+from ..log import READ_ERRORS, OffsetOutOfRange
 from ..metrics import ShareGroupStats, SharePartitionStats, per_topic
 from ..partitions import data_key
 from .offset_reset import resolve_start_offset
@@ -108,8 +108,8 @@ def _load_error(e: BaseException) -> KafkaError:
     """What every fetch waiting on a failed share-partition load answers."""
     if isinstance(e, KafkaError):
         return e
-    if isinstance(e, KafkaStorageError):  # e.g. a by_duration reset reading a damaged log
-        return KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(e))
+    if isinstance(e, READ_ERRORS):  # e.g. a by_duration reset reading a damaged log
+        return KafkaError(ErrorCode(e.error_code), str(e))
     return KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
@@ -182,7 +182,7 @@ class SharePartitionManager:
                 leader.loaded.set_exception(error)
                 leader.loaded.exception()  # retrieved: waiters re-raise it
                 if error is not e and isinstance(e, Exception):  # the first caller gets the same answer
-                    if not isinstance(e, KafkaStorageError):  # (a log reports its own failure)
+                    if not isinstance(e, READ_ERRORS):  # (a log reports its own failure)
                         log.exception("share partition %s: loading failed", key)
                     raise error from e
                 raise
@@ -292,8 +292,8 @@ class SharePartitionManager:
                 continue
             try:
                 offset, rr = _read_next(lg, sp, _read_size(leader, params, budget_bytes))
-            except KafkaStorageError:  # the log has logged it and gone offline
-                reads.append((topic_id, p, sp, None, ErrorCode.KAFKA_STORAGE_ERROR))
+            except READ_ERRORS as e:  # a damaged log, which has reported it
+                reads.append((topic_id, p, sp, None, ErrorCode(e.error_code)))
                 continue
             if rr is not None and rr.batches:
                 total += rr.size

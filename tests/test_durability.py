@@ -122,12 +122,18 @@ def test_torn_tail_is_truncated_at_start_up(broker_factory, topic_name):
     b.kill()
     os.truncate(segment, size - last.size // 2)  # now cut the 5th batch in half
     b.start()
-    with RawClient(b.bootstrap) as c:
-        part = fetch(c, topic_name, 0)
+    assert_first_four_batches_kept(b.bootstrap, topic_name)
+    assert "truncating the log to offset 12" in b.log()
+
+
+def assert_first_four_batches_kept(bootstrap: str, topic: str) -> None:
+    """After the last of five batches ``v0``-``v4`` (3 records each) was cut: the first four
+    read back and appends go on at offset 12."""
+    with RawClient(bootstrap) as c:
+        part = fetch(c, topic, 0)
         assert part.high_watermark == 12
         assert [r.value for r in records_of(part.records)] == [b"v%d" % i for i in range(4) for _ in range(3)]
-        assert produce(c, topic_name, batch([b"again"])).base_offset == 12
-    assert "truncating the log to offset 12" in b.log()
+        assert produce(c, topic, batch([b"again"])).base_offset == 12
 
 
 def test_a_segment_cut_under_the_running_broker(broker_factory, topic_name):
@@ -164,11 +170,8 @@ def test_a_segment_cut_under_the_running_broker(broker_factory, topic_name):
     assert "Traceback" not in b.log()
 
     b.restart()
+    assert_first_four_batches_kept(b.bootstrap, topic_name)
     with RawClient(b.bootstrap) as c:
-        part = fetch(c, topic_name, 0)
-        assert part.high_watermark == 12
-        assert [r.value for r in records_of(part.records)] == [b"v%d" % i for i in range(4) for _ in range(3)]
-        assert produce(c, topic_name, batch([b"again"])).base_offset == 12
         assert leaders(c, topic_name)[topic_name] == (0, 1, [])
 
 

@@ -12,6 +12,7 @@ the broker logs it and keeps serving everyone else.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import resource
@@ -58,11 +59,12 @@ FD_WARNING_FRACTION = 0.9
 def open_files() -> tuple[int, int] | None:
     """(descriptors open, soft limit) of this process, where /proc tells and there is a limit."""
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    try:
-        used = len(os.listdir("/proc/self/fd"))
-    except OSError:
+    if limit == resource.RLIM_INFINITY:
         return None
-    return None if limit == resource.RLIM_INFINITY else (used, limit)
+    try:
+        return len(os.listdir("/proc/self/fd")), limit
+    except OSError as e:  # EMFILE: not even /proc/self/fd can be opened, so every descriptor is taken
+        return (limit, limit) if e.errno == errno.EMFILE else None
 
 
 class CloseConnection(Exception):
@@ -382,12 +384,12 @@ class Server:
         period = max(0.05, min(self.idle_ms / 1000 / 4, 30.0))
         while True:
             await asyncio.sleep(period)
+            self._check_open_files()  # before idle connections give theirs back
             deadline = time.monotonic() - self.idle_ms / 1000
             for conn in list(self.connections):
                 if not conn.busy and not conn._frames and conn.last_active < deadline:
                     log.info("closing idle connection from %s:%d", *conn.peer)
                     conn.close()
-            self._check_open_files()
 
     def _check_open_files(self) -> None:
         usage = open_files()

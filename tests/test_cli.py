@@ -383,7 +383,7 @@ def test_a_warning_when_open_files_near_the_limit(tmp_path):
     """At the open-files limit new connections are closed at once without a word (uvloop accepts
     and drops them), so the broker warns once 90% of its descriptors are open."""
     limit = 200  # about 110 go to the internal topics' segments
-    b = BrokerProcess(tmp_path / "data", {"connections.max.idle.ms": "2000"},
+    b = BrokerProcess(tmp_path / "data", {"connections.max.idle.ms": "6000"},  # checked every 1.5 s
                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)))
     b.start()
     sockets = []

@@ -28,6 +28,11 @@ def test_kafka_python_admin(broker, topic_name):
         admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name, configs={"segment.ms": "6000"})])
         modified = admin.describe_configs(resource)["topic"][topic_name]
         assert {k: v["value"] for k, v in modified.items()} == {"retention.ms": "5000", "segment.ms": "6000"}
+        (answer,) = admin.describe_log_dirs({topic_name: [0, 2]})
+        (log_dir,) = answer["log_dirs"]
+        assert log_dir["error_code"] == 0 and log_dir["usable_bytes"] > 0
+        assert [(t["name"], [p["partition_index"] for p in t["partitions"]]) for t in log_dir["topics"]] == [
+            (topic_name, [0, 2])]
         admin.delete_topics([topic_name])
         assert topic_name not in admin.list_topics()
     finally:

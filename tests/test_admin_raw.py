@@ -25,6 +25,7 @@ from protocol.messages.create_topics_request import (
 from protocol.messages.delete_topics_request import DeleteTopicsRequest, DeleteTopicState
 from protocol.messages.describe_cluster_request import DescribeClusterRequest
 from protocol.messages.describe_configs_request import DescribeConfigsRequest, DescribeConfigsResource
+from protocol.messages.describe_log_dirs_request import DescribableLogDirTopic, DescribeLogDirsRequest
 from protocol.messages.describe_topic_partitions_request import (
     Cursor,
     DescribeTopicPartitionsRequest,
@@ -50,6 +51,7 @@ from tests.test_e2e_share_support import (
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 FIND_COORDINATOR, DESCRIBE_CLUSTER, DESCRIBE_TOPIC_PARTITIONS, METADATA = 10, 60, 75, 3
+DESCRIBE_LOG_DIRS = 35
 INVALID_REQUEST_TEXT = (
     "This most likely occurs because of a request being malformed by the client library or the message was "
     "sent to an incompatible broker. See the broker logs for more details."
@@ -562,3 +564,36 @@ def test_describe_topic_partitions_paging(client, topic_name, node_id):
     resp = client.request(DESCRIBE_TOPIC_PARTITIONS, 0, DescribeTopicPartitionsRequest(
         topics=[], cursor=Cursor(topic_name=a, partition_index=1), response_partition_limit=3))
     assert [(t.name, [p.partition_index for p in t.partitions]) for t in resp.topics][:2] == [(a, [1, 2]), (b, [0])]
+
+
+# --- DescribeLogDirs ------------------------------------------------------------------------------
+
+
+def test_describe_log_dirs_sizes_and_filters(client, broker, topic_name):
+    """One log directory; null topics means every partition, internal ones included; named
+    partitions that do not exist are left out, and so are topics with none left. v4 adds the
+    volume's total and usable bytes."""
+    create(client, topic(topic_name, 2))
+    produce(broker.bootstrap, topic_name, [b"x" * 100] * 5, partition=0)
+
+    def describe(topics, version=4):
+        resp = client.request(DESCRIBE_LOG_DIRS, version, DescribeLogDirsRequest(topics=topics))
+        (result,) = resp.results
+        assert (resp.error_code, result.error_code) == (0, 0)
+        assert result.log_dir.startswith("/")
+        return result, {t.name: [(p.partition_index, p.partition_size, p.offset_lag, p.is_future_key)
+                                 for p in t.partitions] for t in result.topics}
+
+    result, everything = describe(None)
+    assert "__consumer_offsets" in everything and "__share_group_state" in everything
+    (p0, size0, lag0, future0), (p1, size1, *_) = everything[topic_name]
+    assert (p0, p1, lag0, future0, size1) == (0, 1, 0, False, 0)
+    assert size0 > 500  # five records of 100 bytes, in their batches
+    assert 0 < result.usable_bytes <= result.total_bytes
+
+    named = [DescribableLogDirTopic(topic=topic_name, partitions=[1, 7]),
+             DescribableLogDirTopic(topic=topic_name + "-missing", partitions=[0])]
+    _, some = describe(named)
+    assert some == {topic_name: [(1, 0, 0, False)]}
+    result, _ = describe(named, version=1)
+    assert (result.total_bytes, result.usable_bytes) == (-1, -1)  # not in v1: the defaults

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Protocol, runtime_checkable
 
+from protocol.errors import ErrorCode
 from protocol.records import BatchHeader, CorruptRecordError
 
 from .config import LogConfig
@@ -39,7 +40,7 @@ class RecordTooLarge(LogError):
 class KafkaStorageError(LogError):
     """KAFKA_STORAGE_ERROR: a write, fsync or read failed; the log refuses further appends."""
 
-    error_code = 56  # KAFKA_STORAGE_ERROR
+    error_code = ErrorCode.KAFKA_STORAGE_ERROR
 
 
 # What a read of a damaged log raises; ``error_code`` is the answer for that partition.

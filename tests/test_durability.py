@@ -9,7 +9,7 @@ import struct
 import time
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from broker.broker import Broker
 from broker.config import BrokerConfig
@@ -209,6 +209,17 @@ def test_a_corrupt_batch_answers_corrupt_message_where_it_is_reached(broker_fact
         assert parts(member.fetch())[(topic_id, 0)].error_code == CORRUPT_MESSAGE
         assert produce(c, topic_name, batch([b"after"])).base_offset == 15
         assert leaders(c, topic_name)[topic_name] == (0, 1, [])
+    consumers = Consumers(b.bootstrap)  # confluent-kafka: the six good records, then the error
+    try:
+        consumer = consumers.new(earliest_group(b.bootstrap), topic_name)
+        got = []
+        with pytest.raises(KafkaException, match="corrupt message"):
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                got += [m.value() for m in consumer.poll(0.2)]
+        assert got == [b"v0"] * 3 + [b"v1"] * 3
+    finally:
+        consumers.close_all()
     assert b.log().count("reached a corrupt batch") == 1
     assert "Traceback" not in b.log()
 

@@ -15,20 +15,25 @@ from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.log.checkpoint import CLEAN_SHUTDOWN_MARKER
 from broker.log.file import FileLogStore
+from broker.topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE
+from coordinator.share.routing import key_string, partition_for_key
 from protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest, TopicRequest
+from protocol.messages.find_coordinator_request import FindCoordinatorRequest
 from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
+from protocol.messages.share_group_heartbeat_request import ShareGroupHeartbeatRequest
 from tests.broker_process import BrokerProcess
 from tests.raw_client import RawClient
 from tests.test_e2e_share_support import Consumers, earliest_group, poll_for, poll_until, set_group_configs
 from tests.test_e2e_share_support import produce as produce_confluent
 from tests.test_log_support import blob, make_batch
-from tests.test_metrics_e2e import scrape
+from tests.test_metrics_e2e import heartbeat, scrape
 from tests.test_metrics_e2e import value as metric_value
 from tests.test_produce_support import batch, create_topic, fetch, headers_of, list_offset, produce, records_of
 from tests.test_share_wire_support import ShareMember, acquired, parts, unique
 from tests.test_share_wire_support import create_topic as create_topic_with_id
 
-CORRUPT_MESSAGE, LEADER_NOT_AVAILABLE, KAFKA_STORAGE_ERROR = 2, 5, 56
+CORRUPT_MESSAGE, LEADER_NOT_AVAILABLE, COORDINATOR_NOT_AVAILABLE, KAFKA_STORAGE_ERROR = 2, 5, 15, 56
+GROUP_KEY, SHARE_KEY = 0, 2
 
 
 def read_all(bootstrap: str, topic: str, count: int) -> dict[int, bytes]:
@@ -253,6 +258,66 @@ def test_a_share_consumer_leaves_a_partition_whose_log_is_offline_alone(tmp_path
     finally:
         consumers.close_all()
         b.kill()
+
+
+def test_a_coordinator_partition_offline_is_not_offered_as_a_coordinator(broker_factory, topic_name):
+    """When the ``__consumer_offsets`` partition of a group, or the ``__share_group_state``
+    partition of a share-partition, goes offline, FindCoordinator answers
+    COORDINATOR_NOT_AVAILABLE for their keys, as Kafka answers a coordinator partition without
+    a leader; keys on other partitions still get this broker, and a restart serves them all."""
+    b = broker_factory()
+    group = unique("g")
+    other = next(g for g in (unique("g") for _ in range(1000)) if internal_partition(g) != internal_partition(group))
+    with RawClient(b.bootstrap) as c, ShareMember(b.bootstrap, group) as member:
+        topic_id = create_topic_with_id(c, topic_name)
+        produce(c, topic_name, batch([b"v"]))
+        heartbeat(c, group, member.member_id, 0, [topic_name])  # writes to the group's partition
+        member.open([(topic_id, 0)])  # initialises the share-partition's state
+        state_key = key_string(group, topic_id, 0)
+        other_key = next(k for k in (key_string(unique("g"), topic_id, 0) for _ in range(1000))
+                         if internal_partition(k) != internal_partition(state_key))
+        assert coordinators(c, GROUP_KEY, group, other) == {group: 0, other: 0}
+        assert coordinators(c, SHARE_KEY, state_key, other_key) == {state_key: 0, other_key: 0}
+
+        for topic, partition in [(CONSUMER_OFFSETS, internal_partition(group)),
+                                 (SHARE_GROUP_STATE, internal_partition(state_key))]:
+            segment = b.data_dir / f"{topic}-{partition}" / ("%020d.log" % 0)
+            os.truncate(segment, segment.stat().st_size // 2)
+            assert fetch(c, topic, 0, partition=partition).error_code == KAFKA_STORAGE_ERROR
+
+        assert coordinators(c, GROUP_KEY, group, other) == {group: COORDINATOR_NOT_AVAILABLE, other: 0}
+        assert coordinators(c, SHARE_KEY, state_key, other_key) == {state_key: COORDINATOR_NOT_AVAILABLE,
+                                                                    other_key: 0}
+        single = c.request(10, 3, FindCoordinatorRequest(key=group, key_type=GROUP_KEY))
+        assert (single.error_code, single.node_id) == (COORDINATOR_NOT_AVAILABLE, -1)
+        # The leave cannot be written; reloading the group then fails, logged without a traceback.
+        leave = c.request(76, 1, ShareGroupHeartbeatRequest(group_id=group, member_id=member.member_id,
+                                                            member_epoch=-1))
+        assert leave.error_code == COORDINATOR_NOT_AVAILABLE
+        deadline = time.monotonic() + 10
+        while "stay unavailable" not in b.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert b.log().count("stay unavailable") == 1
+    assert "Traceback" not in b.log()
+
+    b.restart()
+    with RawClient(b.bootstrap) as c:
+        assert coordinators(c, GROUP_KEY, group, other) == {group: 0, other: 0}
+        assert coordinators(c, SHARE_KEY, state_key, other_key) == {state_key: 0, other_key: 0}
+
+
+def coordinators(client: RawClient, key_type: int, *keys: str) -> dict[str, int]:
+    """{key: error} from one FindCoordinator v6, each error checked against its node."""
+    resp = client.request(10, 6, FindCoordinatorRequest(key_type=key_type, coordinator_keys=list(keys)))
+    for found in resp.coordinators:
+        assert found.node_id == (1 if found.error_code == 0 else -1)
+    return {found.key: found.error_code for found in resp.coordinators}
+
+
+def internal_partition(key: str) -> int:
+    """The partition of a group id (``__consumer_offsets``) or a share-partition key
+    (``__share_group_state``), 50 partitions each by default."""
+    return partition_for_key(key, 50)
 
 
 async def test_an_unreadable_segment_at_start_stops_it_with_the_reason(broker_factory, topic_name, monkeypatch):

@@ -6,16 +6,21 @@ being in-process, and a malformed key is INVALID_REQUEST; TRANSACTION 1 answers 
 well, so a transactional producer goes on to InitProducerId and gets the fatal refusal there
 (a retriable error here would keep ``init_transactions()`` retrying until it times out, with no
 cause given); any other type is INVALID_REQUEST.
+A GROUP or SHARE key whose ``__consumer_offsets`` or ``__share_group_state`` partition is
+offline (no leader in Metadata) gets COORDINATOR_NOT_AVAILABLE, as Kafka answers a coordinator
+partition without a live leader; clients retry FindCoordinator after their backoff.
 v0-3 carry one key (and, like Kafka, the message "NONE" on success); v4+ a batch of keys, each
 with its own error and node (-1, "", -1 on error).
 """
 
 from __future__ import annotations
 
-from coordinator.share.routing import parse_key_string
+from coordinator.share.routing import parse_key_string, partition_for_key
 from protocol.errors import ErrorCode
 from protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
 
+from ..partitions import NO_LEADER, leader_of
+from ..topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE
 from ._admin import default_message
 
 API_KEY = 10
@@ -24,9 +29,11 @@ MIN_VERSION, MAX_VERSION = 0, 6
 GROUP, TRANSACTION, SHARE = 0, 1, 2
 
 
-def _lookup(version: int, key_type: int, key: str) -> ErrorCode:
-    if key_type in (GROUP, TRANSACTION):
+def _lookup(broker, version: int, key_type: int, key: str) -> ErrorCode:
+    if key_type == TRANSACTION:
         return ErrorCode.NONE
+    if key_type == GROUP:
+        return _led(broker, CONSUMER_OFFSETS, broker.group_coordinator.partition_for(key))
     if key_type == SHARE:
         if version < 6:
             return ErrorCode.INVALID_REQUEST
@@ -34,8 +41,13 @@ def _lookup(version: int, key_type: int, key: str) -> ErrorCode:
             parse_key_string(key)
         except (ValueError, TypeError, AttributeError):
             return ErrorCode.INVALID_REQUEST
-        return ErrorCode.NONE
+        return _led(broker, SHARE_GROUP_STATE, partition_for_key(key, broker.share_coordinator.num_partitions))
     return ErrorCode.INVALID_REQUEST
+
+
+def _led(broker, topic: str, partition: int) -> ErrorCode:
+    _, leader, _ = leader_of(broker.store, broker.node_id, topic, partition)
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE if leader == NO_LEADER else ErrorCode.NONE
 
 
 async def handle(ctx, req) -> FindCoordinatorResponse:
@@ -46,13 +58,13 @@ async def handle(ctx, req) -> FindCoordinatorResponse:
         return (broker.node_id, broker.host, broker.port) if code == ErrorCode.NONE else (-1, "", -1)
 
     if v < 4:
-        code = _lookup(v, req.key_type, req.key)
+        code = _lookup(broker, v, req.key_type, req.key)
         node_id, host, port = node(code)
         return FindCoordinatorResponse(error_code=code, error_message=default_message(code), node_id=node_id,
                                        host=host, port=port)
     coordinators = []
     for key in req.coordinator_keys:
-        code = _lookup(v, req.key_type, key)
+        code = _lookup(broker, v, req.key_type, key)
         node_id, host, port = node(code)
         coordinators.append(Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=code))
     return FindCoordinatorResponse(coordinators=coordinators)

@@ -306,9 +306,10 @@ class GroupCoordinatorRuntime:
         except asyncio.CancelledError:
             shard.loading = None
             raise
-        except Exception:
-            log.exception("loading %s-%d failed; its share groups stay unavailable", CONSUMER_OFFSETS,
-                          shard.partition)
+        except Exception as e:
+            # An offline log is already reported by the log itself; its traceback would say nothing more.
+            log.error("loading %s-%d failed; its share groups stay unavailable: %s", CONSUMER_OFFSETS,
+                      shard.partition, e, exc_info=not isinstance(e, KafkaStorageError))
             if shard.generation == generation:
                 shard.state, shard.loading = ShardState.FAILED, None
             return

@@ -183,9 +183,14 @@ def test_transactional_producers_are_refused_at_once(broker):
     assert time.monotonic() - t0 < 10
 
 
-def test_a_classic_consumer_group_gets_a_clear_error(broker, topic_name):
-    """Consumer groups are not served: a subscribing confluent-kafka Consumer is told why (README)."""
+def test_a_classic_consumer_group_gets_a_clear_error(broker, topic_name, caplog):
+    """Consumer groups are not served; what each client says about it is in the README:
+    confluent-kafka's Consumer polls an error, kafka-python's raises, and aiokafka's start()
+    does not complete while it logs why."""
+    from aiokafka import AIOKafkaConsumer
     from confluent_kafka import Consumer
+    from kafka import KafkaConsumer
+    from kafka.errors import IncompatibleBrokerVersion
 
     from tests.test_e2e_share_support import create_topic
 
@@ -200,3 +205,21 @@ def test_a_classic_consumer_group_gets_a_clear_error(broker, topic_name):
         assert "Required feature not supported by broker" in m.error().str()
     finally:
         c.close()
+
+    kc = KafkaConsumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=f"kp-{topic_name}")
+    try:
+        with pytest.raises(IncompatibleBrokerVersion, match="JoinGroupRequest"):
+            kc.poll(5000)
+    finally:
+        kc.close()
+
+    async def aiokafka_start() -> None:
+        ac = AIOKafkaConsumer(topic_name, bootstrap_servers=broker.bootstrap, group_id=f"aio-{topic_name}")
+        try:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(ac.start(), 3)
+        finally:
+            await ac.stop()
+
+    asyncio.run(aiokafka_start())
+    assert "JoinGroupRequest cannot be used" in caplog.text

@@ -375,12 +375,16 @@ class SharePartitionManager:
         """Release ``member_id``'s acquired records (session close, leaving the group).
 
         ``partitions`` limits it to those (topic id, partition) pairs; None means all of the group's.
+        A session names its partitions, so closing it looks up only those: when a thousand
+        consumers disconnect at once, scanning every share partition for each took seconds.
         """
+        if partitions is None:
+            leaders = [leader for key, leader in self._leaders.items() if key[0] == group_id]
+        else:
+            leaders = [self._leaders.get((group_id, topic_id, p)) for topic_id, p in partitions]
         jobs = []
-        for (g, topic_id, p), leader in list(self._leaders.items()):
-            if g != group_id or leader.sp is None:
-                continue
-            if partitions is not None and (topic_id, p) not in partitions:
+        for leader in leaders:
+            if leader is None or leader.sp is None:
                 continue
             t = leader.sp.release_member(member_id)
             if t.pending:

@@ -17,7 +17,9 @@ partition leaders bump integer counters at the points where records are acquired
 or their locks expire, and every gauge (in-flight records, lag, groups by state, members,
 sessions) is computed at scrape time by walking the in-memory state. The HTTP endpoint runs on
 the broker's own event loop, so a scrape reads that state from the thread that owns it: no
-locks, no torn views, and no work at all between scrapes.
+locks, no torn views, and no work at all between scrapes. Only the formatting, most of a
+scrape's cost (about 0.5 s for 4,000 share partitions), runs in a worker thread on numbers
+copied on the loop, so requests are not held up while a scrape is written.
 """
 
 from __future__ import annotations
@@ -197,6 +199,37 @@ def per_topic(rows: Iterable[tuple[str, int]]) -> list[tuple[str, bool]]:
 # --- the collector ----------------------------------------------------------------------------------
 
 
+def _share_partition_families(rows: list[tuple]) -> tuple:
+    """The per-share-partition families from ``BrokerCollector._share_partition_rows``."""
+    labels = ["group", "topic", "partition"]
+    in_flight = GaugeMetricFamily("kafka_server_sharepartitionmetrics_inflightmessagecount",
+                                  "Records from the share-partition start offset to the last cached one.",
+                                  labels=labels)
+    batches = GaugeMetricFamily("kafka_server_sharepartitionmetrics_inflightbatchcount",
+                                "Cached in-flight batches.", labels=labels)
+    acquired_now = GaugeMetricFamily("kafka_server_sharepartitionmetrics_acquiredmessagecount",
+                                     "Records currently acquired by consumers.", labels=labels)
+    lag = GaugeMetricFamily("kafka_server_sharepartitionmetrics_lag",
+                            "KIP-1226 share-partition lag: log end offset - start offset - "
+                            "delivery-complete count.", labels=labels)
+    start = GaugeMetricFamily("kafka_server_sharepartitionmetrics_startoffset",
+                              "Share-partition start offset (SPSO).", labels=labels)
+    timeouts = CounterMetricFamily("kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
+                                   "Records whose acquisition lock expired.", labels=labels)
+    acquired = CounterMetricFamily("kafka_server_sharepartitionmetrics_acquiredrecords",
+                                   "Records acquired (deliveries, redeliveries included).", labels=labels)
+    for values, n_in_flight, n_batches, n_acquired, n_lag, start_offset, n_timeouts, n_delivered in rows:
+        in_flight.add_metric(values, n_in_flight)
+        batches.add_metric(values, n_batches)
+        acquired_now.add_metric(values, n_acquired)
+        start.add_metric(values, start_offset)
+        if n_lag is not None:
+            lag.add_metric(values, n_lag)
+        timeouts.add_metric(values, n_timeouts)
+        acquired.add_metric(values, n_delivered)
+    return in_flight, batches, acquired_now, lag, start, timeouts, acquired
+
+
 class BrokerCollector:
     """Turns the counters and the broker's live state into metric families at scrape time."""
 
@@ -205,14 +238,22 @@ class BrokerCollector:
         self.metrics = metrics
 
     def collect(self) -> Iterator:
-        yield from self._requests()
-        yield from self._share_group()
-        yield from self._share_partitions()
-        yield from self._group_coordinator()
-        yield from self._share_sessions()
-        yield GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
-                                "Partitions whose log went offline (a failed fsync or read) until a restart.",
-                                value=sum(lg.offline for lg in self.broker.store.partitions()))
+        return self.families(self.snapshot())
+
+    def snapshot(self) -> tuple[list, list[tuple]]:
+        """What one scrape reports, read on the event loop: the few broker-wide families built,
+        and every share partition's numbers copied for ``families`` to format in any thread."""
+        families = [*self._requests(), *self._share_group(), *self._group_coordinator(), *self._share_sessions(),
+                    GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
+                                      "Partitions whose log went offline (a failed fsync or read) until a restart.",
+                                      value=sum(lg.offline for lg in self.broker.store.partitions()))]
+        return families, self._share_partition_rows()
+
+    @staticmethod
+    def families(snapshot: tuple[list, list[tuple]]) -> Iterator:
+        families, rows = snapshot
+        yield from families
+        yield from _share_partition_families(rows)
 
     def _requests(self):
         apis = self.metrics.requests.apis()
@@ -269,38 +310,16 @@ class BrokerCollector:
             yield total
             yield failed
 
-    def _share_partitions(self):
-        labels = ["group", "topic", "partition"]
-        in_flight = GaugeMetricFamily("kafka_server_sharepartitionmetrics_inflightmessagecount",
-                                      "Records from the share-partition start offset to the last cached one.",
-                                      labels=labels)
-        batches = GaugeMetricFamily("kafka_server_sharepartitionmetrics_inflightbatchcount",
-                                    "Cached in-flight batches.", labels=labels)
-        acquired_now = GaugeMetricFamily("kafka_server_sharepartitionmetrics_acquiredmessagecount",
-                                         "Records currently acquired by consumers.", labels=labels)
-        lag = GaugeMetricFamily("kafka_server_sharepartitionmetrics_lag",
-                                "KIP-1226 share-partition lag: log end offset - start offset - "
-                                "delivery-complete count.", labels=labels)
-        start = GaugeMetricFamily("kafka_server_sharepartitionmetrics_startoffset",
-                                  "Share-partition start offset (SPSO).", labels=labels)
-        timeouts = CounterMetricFamily("kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
-                                       "Records whose acquisition lock expired.", labels=labels)
-        acquired = CounterMetricFamily("kafka_server_sharepartitionmetrics_acquiredrecords",
-                                       "Records acquired (deliveries, redeliveries included).", labels=labels)
+    def _share_partition_rows(self) -> list[tuple]:
         store = self.broker.store
+        rows = []
         for group, topic, partition, sp, stats in self.broker.share_manager.metrics_view():
-            values = [group, topic, str(partition)]
-            in_flight.add_metric(values, sp.in_flight_count)
-            batches.add_metric(values, len(sp.entries()))
-            acquired_now.add_metric(values, sp.acquired_count)
-            start.add_metric(values, sp.start_offset)
             lg = store.get(topic, partition)
-            if lg is not None:
-                lag.add_metric(values, share_partition_lag(lg.end_offset, sp.start_offset,
-                                                           sp.delivery_complete_count))
-            timeouts.add_metric(values, stats.lock_timeouts)
-            acquired.add_metric(values, stats.acquired)
-        yield from (in_flight, batches, acquired_now, lag, start, timeouts, acquired)
+            lag = None if lg is None else share_partition_lag(lg.end_offset, sp.start_offset,
+                                                                sp.delivery_complete_count)
+            rows.append(([group, topic, str(partition)], sp.in_flight_count, len(sp.entries()), sp.acquired_count,
+                         lag, sp.start_offset, stats.lock_timeouts, stats.acquired))
+        return rows
 
     def _group_coordinator(self):
         rows = self.broker.group_coordinator.coordinator.group_summaries()
@@ -343,17 +362,22 @@ class BrokerMetrics:
     def __init__(self, broker: Broker, apis: Iterable[tuple[int, str]]) -> None:
         self.requests = RequestMetrics(apis)
         self.share = ShareGroupStats()
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(BrokerCollector(broker, self))
-        ProcessCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
-        GCCollector(registry=self.registry)
+        self.collector = BrokerCollector(broker, self)
+        self.runtime = CollectorRegistry(auto_describe=False)  # the process's own: readable from any thread
+        ProcessCollector(registry=self.runtime)
+        PlatformCollector(registry=self.runtime)
+        GCCollector(registry=self.runtime)
+        self.registry = CollectorRegistry(auto_describe=False)  # everything, collected in the caller's thread
+        self.registry.register(self.collector)
+        self.registry.register(self.runtime)
         self._server: asyncio.base_events.Server | None = None
 
-    def exposition(self, accept: str = "") -> tuple[bytes, str]:
-        """The scrape body and its content type (OpenMetrics if the scraper asks for it)."""
+    async def exposition(self, accept: str = "") -> tuple[bytes, str]:
+        """The scrape body and its content type (OpenMetrics if the scraper asks for it). The
+        broker's state is read here, on the loop; formatting runs in a worker thread."""
         encoder, content_type = choose_encoder(accept)
-        return encoder(self.registry), content_type
+        scrape = _Scrape(self.collector.snapshot(), self.runtime)
+        return await asyncio.get_running_loop().run_in_executor(None, encoder, scrape), content_type
 
     async def serve(self, host: str, port: int) -> tuple[str, int]:
         """Serve ``GET /metrics`` on the running loop; returns the bound (host, port)."""
@@ -374,13 +398,25 @@ class BrokerMetrics:
             self._server = None
 
 
+class _Scrape:
+    """One scrape's families for an encoder: the snapshot's, then the process's own."""
+
+    def __init__(self, snapshot: tuple[list, list[tuple]], runtime: CollectorRegistry) -> None:
+        self.snapshot = snapshot
+        self.runtime = runtime
+
+    def collect(self) -> Iterator:
+        yield from BrokerCollector.families(self.snapshot)
+        yield from self.runtime.collect()
+
+
 MAX_HTTP_HEAD = 16 * 1024
 HTTP_TIMEOUT_S = 10.0
 
 
 class _MetricsHttp(asyncio.Protocol):
     """A minimal HTTP/1.x responder: one request per connection, GET or HEAD of ``/metrics``
-    (or ``/``), answered from the event loop and closed. Anything else gets 404/405; a head
+    (or ``/``), answered and closed. Anything else gets 404/405; a head
     that is too large or too slow closes the connection."""
 
     def __init__(self, metrics: BrokerMetrics) -> None:
@@ -388,6 +424,7 @@ class _MetricsHttp(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
         self.timer: asyncio.TimerHandle | None = None
+        self.answer: asyncio.Task | None = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -396,6 +433,8 @@ class _MetricsHttp(asyncio.Protocol):
     def connection_lost(self, exc) -> None:
         if self.timer is not None:
             self.timer.cancel()
+        if self.answer is not None:
+            self.answer.cancel()
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
@@ -418,13 +457,17 @@ class _MetricsHttp(asyncio.Protocol):
         elif parts[1].split("?", 1)[0] not in ("/metrics", "/"):
             self._reply(404, b"not found; try /metrics\n")
         else:
-            try:
-                body, content_type = self.metrics.exposition(headers.get("accept", ""))
-            except Exception:
-                log.exception("collecting metrics failed")
-                self._reply(500, b"collecting metrics failed\n")
-                return
-            self._reply(200, body, content_type=content_type, head_only=parts[0] == "HEAD")
+            self.answer = asyncio.get_running_loop().create_task(
+                self._scrape(headers.get("accept", ""), head_only=parts[0] == "HEAD"))
+
+    async def _scrape(self, accept: str, *, head_only: bool) -> None:
+        try:
+            body, content_type = await self.metrics.exposition(accept)
+        except Exception:
+            log.exception("collecting metrics failed")
+            self._reply(500, b"collecting metrics failed\n")
+            return
+        self._reply(200, body, content_type=content_type, head_only=head_only)
 
     def _reply(self, status: int, body: bytes, *, content_type: str = "text/plain; charset=utf-8",
                extra: str = "", head_only: bool = False) -> None:

@@ -17,11 +17,12 @@ class CountingDict(dict):
         return super().items()
 
 
-async def test_closing_a_session_releases_only_its_partitions_without_scanning_the_others(tmp_path):
+async def test_a_release_visits_only_the_members_group_never_every_share_partition(tmp_path):
     """A closed share session names its partitions, so its member's records are released there
-    by lookup. It used to scan every loaded share partition: 1,900 consumers disconnecting at
-    once held the broker for 2.4 s. Leaving the group (no session) still covers all of the
-    group's partitions."""
+    by lookup; a member that left the group has its records released in every share partition
+    of the group, found by group. Both used to scan every loaded share partition: 1,900
+    consumers disconnecting at once held the broker for 2.4 s, and again when their sessions
+    timed out."""
     b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
                              "offsets.topic.num.partitions": "2",
                              "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
@@ -43,7 +44,13 @@ async def test_closing_a_session_releases_only_its_partitions_without_scanning_t
                         ("other", 0): 5, ("other", 1): 5, ("other", 2): 5, ("other", 3): 5}
 
         await manager.release("g", "m")
+        assert leaders.scans == 0
         assert [manager.cached("g", topic_id, p).acquired_count for p in range(4)] == [0, 0, 0, 0]
         assert [manager.cached("other", topic_id, p).acquired_count for p in range(4)] == [5, 5, 5, 5]
+
+        manager.forget_share_state("g", [(topic_id, 1)])  # the per-group index follows every removal
+        assert sorted(key[2] for key, _ in manager.share_partitions("g")) == [0, 2, 3]
+        manager.forget_topic(topic_id)
+        assert manager.share_partitions() == [] and manager._by_group == {}
     finally:
         await b.stop()

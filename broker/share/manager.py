@@ -143,6 +143,7 @@ class SharePartitionManager:
         self.max_in_flight: int = cfg["group.share.partition.max.record.locks"]
         self._settings = settings or (lambda _group: effective({}, cfg.raw_properties()))
         self._leaders: dict[Key, _Leader] = {}
+        self._by_group: dict[str, dict[Key, _Leader]] = {}  # the same leaders, per group
         self._writes: set[asyncio.Task] = set()
 
     # --- clock and settings ---------------------------------------------------------------------
@@ -169,7 +170,7 @@ class SharePartitionManager:
         key = (group_id, topic_id, partition)
         leader = self._leaders.get(key)
         if leader is None:
-            leader = self._leaders[key] = _Leader(key, topic)
+            leader = self._add(key, _Leader(key, topic))
             started = time.perf_counter()
             try:
                 leader.sp = await self._load(key, topic)
@@ -177,7 +178,7 @@ class SharePartitionManager:
                 self.stats.partition_load_ms.observe((time.perf_counter() - started) * 1000)
             except BaseException as e:
                 if self._leaders.get(key) is leader:  # (an admin request may have dropped it meanwhile)
-                    del self._leaders[key]
+                    self._drop(key)
                 error = _load_error(e)
                 leader.loaded.set_exception(error)
                 leader.loaded.exception()  # retrieved: waiters re-raise it
@@ -375,11 +376,11 @@ class SharePartitionManager:
         """Release ``member_id``'s acquired records (session close, leaving the group).
 
         ``partitions`` limits it to those (topic id, partition) pairs; None means all of the group's.
-        A session names its partitions, so closing it looks up only those: when a thousand
-        consumers disconnect at once, scanning every share partition for each took seconds.
+        Either way only the group's share partitions are visited: when a thousand consumers
+        disconnect at once, scanning every share partition for each took seconds.
         """
         if partitions is None:
-            leaders = [leader for key, leader in self._leaders.items() if key[0] == group_id]
+            leaders = list(self._by_group.get(group_id, {}).values())
         else:
             leaders = [self._leaders.get((group_id, topic_id, p)) for topic_id, p in partitions]
         jobs = []
@@ -467,7 +468,7 @@ class SharePartitionManager:
             if key[1] == topic_id:
                 if leader.timer is not None:
                     leader.timer.cancel()
-                del self._leaders[key]
+                self._drop(key)
                 self.stats.forget_topic(leader.topic)
 
     def forget_share_state(self, group_id: str, partitions=None) -> None:
@@ -479,13 +480,13 @@ class SharePartitionManager:
         share coordinator (a reset's newer state epoch fences it); its commit only touches the
         dropped object."""
         wanted = None if partitions is None else set(partitions)
-        for key, leader in list(self._leaders.items()):
-            if key[0] != group_id or (wanted is not None and (key[1], key[2]) not in wanted):
+        for key, leader in list(self._by_group.get(group_id, {}).items()):
+            if wanted is not None and (key[1], key[2]) not in wanted:
                 continue
             if leader.timer is not None:
                 leader.timer.cancel()
                 leader.timer = None
-            del self._leaders[key]
+            self._drop(key)
             self.broker.waiters.notify(share_key(*key))
 
     def metrics_view(self):
@@ -495,7 +496,19 @@ class SharePartitionManager:
 
     def share_partitions(self, group_id: str | None = None):
         """(key, SharePartition) of loaded share partitions, for describe and metrics."""
-        return [(k, l.sp) for k, l in self._leaders.items() if l.sp is not None and (group_id is None or k[0] == group_id)]
+        leaders = self._leaders if group_id is None else self._by_group.get(group_id, {})
+        return [(key, leader.sp) for key, leader in leaders.items() if leader.sp is not None]
+
+    def _add(self, key: Key, leader: _Leader) -> _Leader:
+        self._leaders[key] = self._by_group.setdefault(key[0], {})[key] = leader
+        return leader
+
+    def _drop(self, key: Key) -> None:
+        del self._leaders[key]
+        group = self._by_group[key[0]]
+        del group[key]
+        if not group:
+            del self._by_group[key[0]]
 
     async def close(self) -> None:
         for leader in self._leaders.values():

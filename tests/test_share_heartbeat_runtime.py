@@ -175,10 +175,13 @@ async def test_timer_follows_the_earliest_deadline(tmp_path):
     topics.create("orders", 1)
     a = await hb(runtime, A, 0, ["orders"])
     first = clock.armed()
-    for _ in range(5):  # steady heartbeats push the deadline later: no new timers
+    walks = []  # looks at every shard's earliest deadline
+    next_deadline = runtime._next_deadline
+    runtime._next_deadline = lambda: walks.append(1) or next_deadline()
+    for _ in range(5):  # steady heartbeats push the deadline later: no new timers, no walks
         clock.advance(1000)
         a = await hb(runtime, A, a.member_epoch)
-    assert clock.armed() == first
+    assert clock.armed() == first and walks == []
     clock.advance(first[0] - clock.now)  # fires early, finds nothing, re-arms at the real deadline
     assert departed == [] and clock.armed() == [runtime.coordinator.next_deadline()]
     clock.advance(SESSION_MS)

@@ -444,6 +444,7 @@ class _MetricsHttp(asyncio.Protocol):
                 self.transport.close()
             return
         self.transport.pause_reading()
+        self.timer.cancel()  # the head arrived in time; a long scrape is still answered
         head = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
         parts = head[0].split(" ")
         headers = {}

@@ -56,7 +56,7 @@ def _offline_check(broker, key_type: int) -> Callable[[str], bool]:
         topic, count = SHARE_GROUP_STATE, broker.share_coordinator.num_partitions
         partition_of = lambda key: partition_for_key(key, count)  # noqa: E731
     else:
-        count = 0
+        return lambda key: False  # no coordinator partition: _lookup answers INVALID_REQUEST
     offline = {p for p in range(count) if leader_of(broker.store, broker.node_id, topic, p)[1] == NO_LEADER}
     return (lambda key: partition_of(key) in offline) if offline else (lambda key: False)
 

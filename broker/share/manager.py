@@ -261,17 +261,26 @@ class SharePartitionManager:
             leaders.append((topic_id, p, topic, sp))
         if not leaders or params.max_records <= 0 or params.max_bytes <= 0:
             return results
-        keys = [k for topic_id, p, topic, _ in leaders for k in (data_key(topic, p), share_key(group_id, topic_id, p))]
-        while True:
-            got = self._acquire(group_id, member_id, leaders, params, final=loop.time() >= deadline)
-            if got is not None:
-                results.update(got)
-                return results
-            remaining = deadline - loop.time()
-            if not await self.broker.waiters.wait(keys, remaining):
-                if loop.time() >= deadline:
-                    results.update(self._acquire(group_id, member_id, leaders, params, final=True))
+        keys = [(share_key(group_id, topic_id, p), data_key(topic, p)) for topic_id, p, topic, _ in leaders]
+        with self.broker.waiters.turn(keys) as turn:
+            while True:
+                got = self._acquire(group_id, member_id, leaders, params, final=loop.time() >= deadline)
+                turn.pass_on(self._may_have_more)
+                if got is not None:
+                    results.update(got)
                     return results
+                await turn.wait(deadline - loop.time())
+
+    def _may_have_more(self, key: tuple) -> bool:
+        """Whether another fetch parked on ``key`` (a ``share_key``) could acquire something now.
+        True when unsure (the partition went away): the next fetch then answers for itself."""
+        _, group_id, topic_id, p = key
+        leader = self._leaders.get((group_id, topic_id, p))
+        lg = self.broker.store.get(leader.topic, p) if leader is not None else None
+        if lg is None or leader.sp is None:
+            return True
+        sp = leader.sp
+        return sp.can_acquire() and sp.next_fetch_offset() < lg.end_offset
 
     def _acquire(self, group_id, member_id, leaders, params: FetchParams, *, final: bool):
         """Read and acquire synchronously; None means "not enough yet, keep waiting"."""

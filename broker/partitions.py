@@ -435,8 +435,7 @@ class Partitions:
     def begin_shutdown(self) -> None:
         """Stop long polls from waiting (they answer at once) so in-flight requests finish fast."""
         self.shutting_down = True
-        for k in list(self._waiting):
-            self.waiters.notify(k)
+        self.waiters.wake_all()
 
     async def close(self) -> None:
         """After the server stopped: stop background work and snapshot producer state."""

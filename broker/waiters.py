@@ -62,6 +62,14 @@ class Waiters:
             for k in list(linked):
                 self._notify_turns(k)
 
+    def wake_all(self) -> None:
+        """Wake every waiter, e.g. at shutdown (they answer with what they have)."""
+        for key in list(self._by_key):
+            self.notify(key)
+        for key in list(self._queues):
+            while key in self._queues:
+                next(iter(self._queues[key]))._woken(key)
+
     def _notify_turns(self, key: Hashable) -> None:
         if key in self._queues:
             self._notified[key] += 1  # everyone parked now has to look again

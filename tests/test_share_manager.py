@@ -102,3 +102,37 @@ async def test_a_produce_makes_one_parked_share_fetch_per_group_look(tmp_path):
         for f in fetches:
             f.cancel()
         await b.stop()
+
+
+async def test_a_shutdown_answers_share_fetches_parked_in_their_long_poll(tmp_path):
+    """A stop lets read requests finish and stops long polls from waiting. A parked share
+    fetch used to hold the stop for its whole 10 s grace, then was cut off unanswered."""
+    import asyncio
+    import time
+
+    from tests.test_share_heartbeat_wire import heartbeat
+    from tests.test_share_wire_support import ShareMember, parts
+
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
+                             "offsets.topic.num.partitions": "2",
+                             "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
+    host, port = await b.start()
+    topic_id = b.topics.create("t", 1).topic_id
+    m = ShareMember(f"{host}:{port}", "g")
+
+    def park():
+        assert heartbeat(m.client, "g", m.member_id, 0, ["t"]).error_code == 0
+        m.open([(topic_id, 0)])
+        return m.send_fetch(max_wait_ms=60_000)
+
+    try:
+        answer = await asyncio.to_thread(park)
+        while not len(b.waiters):  # the fetch is parked in its long poll
+            await asyncio.sleep(0.001)
+        started = time.monotonic()
+        await b.stop()
+        assert time.monotonic() - started < 5
+        resp = await asyncio.to_thread(answer)
+        assert resp.error_code == 0 and not any(p.acquired_records for p in parts(resp).values())
+    finally:
+        m.close()

@@ -264,7 +264,8 @@ class SharePartitionManager:
         keys = [(share_key(group_id, topic_id, p), data_key(topic, p)) for topic_id, p, topic, _ in leaders]
         with self.broker.waiters.turn(keys) as turn:
             while True:
-                got = self._acquire(group_id, member_id, leaders, params, final=loop.time() >= deadline)
+                final = loop.time() >= deadline or self.broker.partitions.shutting_down
+                got = self._acquire(group_id, member_id, leaders, params, final=final)
                 turn.pass_on(self._may_have_more)
                 if got is not None:
                     results.update(got)

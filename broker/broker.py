@@ -88,11 +88,11 @@ class Broker:
             self.share_manager.release_soon(group_id, member_id)
 
     def _share_topic_changed(self, name: str, topic: Topic | None) -> None:
-        if topic is None:
-            for key, sp in self.share_manager.share_partitions():
-                if self.topics.by_id(key[1]) is None:
-                    self.share_manager.forget_topic(key[1])
-                    self.share_sessions.forget_partitions(key[1])
+        if topic is None:  # (the listener is not told the deleted topic's id)
+            gone = {key[1] for key, _ in self.share_manager.share_partitions() if self.topics.by_id(key[1]) is None}
+            for topic_id in gone:
+                self.share_manager.forget_topic(topic_id)
+                self.share_sessions.forget_partitions(topic_id)
 
     def auto_create_topic(self, name: str) -> Topic:
         """Create ``name`` with broker defaults (Metadata and Produce auto-creation)."""

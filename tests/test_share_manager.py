@@ -136,3 +136,44 @@ async def test_a_shutdown_answers_share_fetches_parked_in_their_long_poll(tmp_pa
         assert resp.error_code == 0 and not any(p.acquired_records for p in parts(resp).values())
     finally:
         m.close()
+
+
+async def test_deleting_a_topic_forgets_it_once_and_answers_its_parked_share_fetches(tmp_path):
+    """The deletion listener forgot the topic once per loaded share partition, each time
+    scanning every share partition and session: 4,000 of them on the topic, beside 4,000 on
+    another, held the broker for 11 s. A fetch parked on the topic waited out its MaxWaitMs."""
+    import asyncio
+
+    from broker.share.manager import FetchParams
+    from protocol.errors import ErrorCode
+
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
+                             "offsets.topic.num.partitions": "2",
+                             "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
+    await b.start()
+    try:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 4).topic_id
+        other_id = b.topics.create("other", 4).topic_id
+        for group in ("g", "h"):
+            for p in range(4):
+                await manager.partition(group, topic_id, p, "t")
+                await manager.partition(group, other_id, p, "other")
+        params = FetchParams(max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500)
+        parked = asyncio.ensure_future(manager.fetch("g", "m", [(topic_id, 0, "t"), (other_id, 0, "other")], params))
+        while not len(b.waiters):
+            await asyncio.sleep(0)
+        calls = []
+        forget, forget_sessions = manager.forget_topic, b.share_sessions.forget_partitions
+        manager.forget_topic = lambda t: calls.append(t) or forget(t)
+        b.share_sessions.forget_partitions = lambda t: calls.append(t) or forget_sessions(t)
+
+        b.topics.delete("t")
+        assert calls == [topic_id, topic_id]
+        result = await asyncio.wait_for(parked, 5)
+        assert result[(topic_id, 0)].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert result[(other_id, 0)].error_code == ErrorCode.NONE
+        left = sorted((k[0], k[1]) for k, _ in manager.share_partitions())
+        assert left == [("g", other_id)] * 4 + [("h", other_id)] * 4
+    finally:
+        await b.stop()

@@ -473,13 +473,14 @@ class SharePartitionManager:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def forget_topic(self, topic_id: UUID) -> None:
-        """A deleted topic's share partitions go away with it."""
+        """A deleted topic's share partitions go away with it; fetches parked on them answer."""
         for key, leader in list(self._leaders.items()):
             if key[1] == topic_id:
                 if leader.timer is not None:
                     leader.timer.cancel()
                 self._drop(key)
                 self.stats.forget_topic(leader.topic)
+                self.broker.waiters.notify(share_key(*key))
 
     def forget_share_state(self, group_id: str, partitions=None) -> None:
         """The share-partition state of ``group_id`` was replaced or deleted by an admin request

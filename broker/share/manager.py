@@ -79,7 +79,7 @@ class PartitionFetch:
 class _Leader:
     """A SharePartition with its timer handle and metrics; ``loaded`` completes once state is loaded."""
 
-    __slots__ = ("key", "sp", "topic", "timer", "loaded", "stats", "bytes_per_record", "record_starts")
+    __slots__ = ("key", "sp", "topic", "timer", "loaded", "stats", "bytes_per_record", "record_starts", "dropped")
 
     def __init__(self, key: Key, topic: str) -> None:
         self.key = key
@@ -90,6 +90,7 @@ class _Leader:
         self.stats = SharePartitionStats()
         self.bytes_per_record = 0.0  # of the last read: sizes the next one
         self.record_starts: dict = {}  # served_records' cache
+        self.dropped = False  # forgotten (topic deleted, state reset): fetches holding it must not use it
 
 
 READ_PROBE_BYTES = 64 * 1024
@@ -167,6 +168,9 @@ class SharePartitionManager:
 
     async def partition(self, group_id: str, topic_id: UUID, partition: int, topic: str) -> SharePartition:
         """The loaded share partition, loading it on first use; raises KafkaError on failure."""
+        return (await self._loaded(group_id, topic_id, partition, topic)).sp
+
+    async def _loaded(self, group_id: str, topic_id: UUID, partition: int, topic: str) -> _Leader:
         key = (group_id, topic_id, partition)
         leader = self._leaders.get(key)
         if leader is None:
@@ -189,7 +193,7 @@ class SharePartitionManager:
                 raise
         elif not leader.loaded.done():
             await asyncio.shield(leader.loaded)
-        return leader.sp
+        return leader
 
     async def _load(self, key: Key, topic: str) -> SharePartition:
         group_id, topic_id, partition = key
@@ -240,32 +244,35 @@ class SharePartitionManager:
         self, group_id: str, member_id: str, partitions: list[tuple[UUID, int, str]], params: FetchParams
     ) -> dict[tuple[UUID, int], PartitionFetch]:
         """Acquire records for ``member_id`` from ``partitions`` ((topic id, partition, topic name),
-        in the order to serve them), long-polling up to MaxWaitMs until MinBytes are available."""
+        in the order to serve them), long-polling up to MaxWaitMs until MinBytes are available.
+        Answers the partitions that have records or an error."""
         results = await self._fetch(group_id, member_id, partitions, params)
+        failed = {tp for tp, f in results.items() if f.error_code}
         self.stats.share_requests(self.stats.fetch_requests, per_topic(
-            (topic, f.error_code if (f := results.get((topic_id, p))) is not None else 0)
-            for topic_id, p, topic in partitions))
+            (topic, bool(failed) and (topic_id, p) in failed) for topic_id, p, topic in partitions))
         return results
 
     async def _fetch(self, group_id, member_id, partitions, params: FetchParams):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(params.max_wait_ms, 0) / 1000
         results: dict[tuple[UUID, int], PartitionFetch] = {}
-        leaders: list[tuple[UUID, int, str, SharePartition]] = []
+        leaders: list[tuple[UUID, int, str, _Leader]] = []
         for topic_id, p, topic in partitions:
-            try:
-                sp = await self.partition(group_id, topic_id, p, topic)
-            except KafkaError as e:
-                results[(topic_id, p)] = PartitionFetch(e.code, e.message)
-                continue
-            leaders.append((topic_id, p, topic, sp))
+            leader = self._leaders.get((group_id, topic_id, p))
+            if leader is None or leader.sp is None:  # not loaded yet
+                try:
+                    leader = await self._loaded(group_id, topic_id, p, topic)
+                except KafkaError as e:
+                    results[(topic_id, p)] = PartitionFetch(e.code, e.message)
+                    continue
+            leaders.append((topic_id, p, topic, leader))
         if not leaders or params.max_records <= 0 or params.max_bytes <= 0:
             return results
         keys = [(share_key(group_id, topic_id, p), data_key(topic, p)) for topic_id, p, topic, _ in leaders]
         with self.broker.waiters.turn(keys) as turn:
             while True:
                 final = loop.time() >= deadline or self.broker.partitions.shutting_down
-                got = self._acquire(group_id, member_id, leaders, params, final=final)
+                got = self._acquire(member_id, leaders, params, final=final)
                 turn.pass_on(self._may_have_more)
                 if got is not None:
                     results.update(got)
@@ -283,60 +290,57 @@ class SharePartitionManager:
         sp = leader.sp
         return sp.can_acquire() and sp.next_fetch_offset() < lg.end_offset
 
-    def _acquire(self, group_id, member_id, leaders, params: FetchParams, *, final: bool):
-        """Read and acquire synchronously; None means "not enough yet, keep waiting"."""
+    def _acquire(self, member_id, leaders, params: FetchParams, *, final: bool):
+        """Read and acquire synchronously; None means "not enough yet, keep waiting". Only
+        partitions with records or an error are answered: a fetch often lists many idle ones."""
         reads = []
         total = 0
         budget_bytes = max(params.max_bytes // len(leaders), 1)
-        for topic_id, p, topic, sp in leaders:
-            lg = self.broker.store.get(topic, p)
-            leader = self._leaders.get((group_id, topic_id, p))
-            if lg is None or leader is None or leader.sp is not sp:
+        store = self.broker.store
+        for topic_id, p, topic, leader in leaders:
+            lg = store.get(topic, p)
+            if lg is None or leader.dropped:
                 # Deleted while this fetch waited (a topic recreated under the same name
                 # has a new log and a new id: the old share partition must not touch it).
-                reads.append((topic_id, p, sp, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                reads.append((topic_id, p, leader, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
+            sp = leader.sp
             if lg.start_offset > sp.start_offset:
                 sp.on_log_start_offset(lg.start_offset)
-            if not sp.can_acquire():
-                reads.append((topic_id, p, sp, None, ErrorCode.NONE))
-                continue
+            if sp.next_fetch_offset() >= lg.end_offset or not sp.can_acquire():
+                continue  # nothing to read
             try:
                 offset, rr = _read_next(lg, sp, _read_size(leader, params, budget_bytes))
             except READ_ERRORS as e:  # a damaged log, which has reported it
-                reads.append((topic_id, p, sp, None, ErrorCode(e.error_code)))
+                reads.append((topic_id, p, leader, None, ErrorCode(e.error_code)))
                 continue
             if rr is not None and rr.batches:
                 total += rr.size
                 leader.bytes_per_record = rr.size / (rr.batches[-1].last_offset - rr.batches[0].base_offset + 1)
-            reads.append((topic_id, p, sp, (offset, rr) if rr is not None and rr.batches else None, ErrorCode.NONE))
+                reads.append((topic_id, p, leader, (offset, rr), ErrorCode.NONE))
         failed = any(r[4] for r in reads)  # like a log read error, a vanished partition answers at once
         if not final and not failed and (total == 0 or total < params.min_bytes):
             return None
         out: dict[tuple[UUID, int], PartitionFetch] = {}
         records_left = params.max_records
-        for topic_id, p, sp, read, error in reads:
+        for topic_id, p, leader, read, error in reads:
             if error:
                 out[(topic_id, p)] = PartitionFetch(error)
                 continue
-            if read is None or records_left <= 0:
-                out[(topic_id, p)] = PartitionFetch()
+            if records_left <= 0:
                 continue
             offset, rr = read
             batches = [(b.base_offset, b.last_offset) for b in rr.batches]
-            res: AcquireResult = sp.acquire(
+            res: AcquireResult = leader.sp.acquire(
                 member_id, batches, fetch_offset=offset, max_records=records_left,
                 batch_size=params.batch_size, mode=params.acquire_mode,
             )
             records_left -= res.count
             if res.ranges:
-                leader = self._leaders[(group_id, topic_id, p)]
                 records = served_records(rr, res.batch_start, res.batch_end, res.ranges, leader.record_starts)
                 out[(topic_id, p)] = PartitionFetch(records=records, acquired=res.ranges)
                 leader.stats.acquired += res.count
                 self._arm(leader)
-            else:
-                out[(topic_id, p)] = PartitionFetch()
         return out
 
     # --- acknowledge and release ----------------------------------------------------------------
@@ -515,7 +519,7 @@ class SharePartitionManager:
         return leader
 
     def _drop(self, key: Key) -> None:
-        del self._leaders[key]
+        self._leaders.pop(key).dropped = True
         group = self._by_group[key[0]]
         del group[key]
         if not group:

@@ -206,3 +206,80 @@ async def test_a_fetch_parked_on_share_state_that_an_admin_request_drops_answers
         assert result[(topic_id, 0)].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     finally:
         await b.stop()
+
+
+async def test_an_acknowledgement_wakes_a_parked_fetch_only_when_it_leaves_records_to_acquire(tmp_path):
+    import asyncio
+
+    from broker.context import RequestContext
+    from broker.handlers import produce as produce_handler
+    from broker.share.manager import FetchParams
+    from tests.test_produce_support import batch, produce_request
+
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
+                             "offsets.topic.num.partitions": "2",
+                             "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
+    await b.start()
+    try:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 1).topic_id
+        await manager.partition("g", topic_id, 0, "t")
+        conn = type("Conn", (), {"peer": ("127.0.0.1", 1), "close": lambda self: None})()
+        resp = await produce_handler.handle(RequestContext(b, conn, 0, 9, 1, "tests"),
+                                            produce_request("t", batch([b"a", b"b"])))
+        assert resp.responses[0].partition_responses[0].error_code == 0
+        now = FetchParams(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=1)
+        held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], now)
+        assert held[(topic_id, 0)].acquired == [(0, 1, 1)]
+        looks = []
+        acquire = manager._acquire
+        manager._acquire = lambda member, *a, **kw: looks.append(member) or acquire(member, *a, **kw)
+        wait = FetchParams(max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500)
+        parked = asyncio.ensure_future(manager.fetch("g", "m2", [(topic_id, 0, "t")], wait))
+        while not len(b.waiters):
+            await asyncio.sleep(0)
+
+        await manager.acknowledge("g", "m1", {(topic_id, 0): [(0, 0, [1])]})  # accept: nothing to acquire
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert looks == ["m2"] and not parked.done()
+        await manager.acknowledge("g", "m1", {(topic_id, 0): [(1, 1, [2])]})  # release: m2 takes it
+        result = await asyncio.wait_for(parked, 5)
+        assert looks == ["m2", "m2"] and result[(topic_id, 0)].acquired == [(1, 1, 2)]
+    finally:
+        await b.stop()
+
+
+async def test_an_acceptance_that_makes_room_under_the_in_flight_limit_wakes_a_parked_fetch(tmp_path):
+    import asyncio
+
+    from broker.context import RequestContext
+    from broker.handlers import produce as produce_handler
+    from broker.share.manager import FetchParams
+    from tests.test_produce_support import batch, produce_request
+
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
+                             "offsets.topic.num.partitions": "2", "group.share.partition.max.record.locks": "100",
+                             "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
+    await b.start()
+    try:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 1).topic_id
+        await manager.partition("g", topic_id, 0, "t")
+        conn = type("Conn", (), {"peer": ("127.0.0.1", 1), "close": lambda self: None})()
+        for values in ([b"x"] * 100, [b"y"]):
+            resp = await produce_handler.handle(RequestContext(b, conn, 0, 9, 1, "tests"),
+                                                produce_request("t", batch(values)))
+            assert resp.responses[0].partition_responses[0].error_code == 0
+        now = FetchParams(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, max_records=100, batch_size=100)
+        held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], now)
+        assert held[(topic_id, 0)].acquired == [(0, 99, 1)]  # the limit: offset 100 waits
+        wait = FetchParams(max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500)
+        parked = asyncio.ensure_future(manager.fetch("g", "m2", [(topic_id, 0, "t")], wait))
+        while not len(b.waiters):
+            await asyncio.sleep(0)
+        await manager.acknowledge("g", "m1", {(topic_id, 0): [(0, 99, [1])]})
+        result = await asyncio.wait_for(parked, 5)
+        assert result[(topic_id, 0)].acquired == [(100, 100, 1)]
+    finally:
+        await b.stop()

@@ -280,12 +280,16 @@ class SharePartitionManager:
                 await turn.wait(deadline - loop.time())
 
     def _may_have_more(self, key: tuple) -> bool:
-        """Whether another fetch parked on ``key`` (a ``share_key``) could acquire something now.
-        True when unsure (the partition went away): the next fetch then answers for itself."""
         _, group_id, topic_id, p = key
-        leader = self._leaders.get((group_id, topic_id, p))
-        lg = self.broker.store.get(leader.topic, p) if leader is not None else None
-        if lg is None or leader.sp is None:
+        return self._servable(self._leaders.get((group_id, topic_id, p)))
+
+    def _servable(self, leader: _Leader | None) -> bool:
+        """Whether a fetch parked on the share partition could acquire something now. True when
+        unsure (the partition went away): the fetch then answers for itself."""
+        if leader is None or leader.dropped or leader.sp is None:
+            return True
+        lg = self.broker.store.get(leader.topic, leader.key[2])
+        if lg is None:
             return True
         sp = leader.sp
         return sp.can_acquire() and sp.next_fetch_offset() < lg.end_offset
@@ -430,7 +434,8 @@ class SharePartitionManager:
         else:
             sp.commit(t)
         self._arm(leader)
-        self.broker.waiters.notify(share_key(group_id, topic_id, p))
+        if self._servable(leader):  # released records, or room under the in-flight limit
+            self.broker.waiters.notify(share_key(group_id, topic_id, p))
         return code, msg
 
     # --- acquisition locks ----------------------------------------------------------------------

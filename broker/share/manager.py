@@ -7,7 +7,7 @@ batches for acquisition, writing each transition through the persister before co
 waking long-polling share fetches when records may have become available.
 
 Wake-ups use ``broker.waiters``: produce notifies ``(topic, partition)``; this manager
-notifies ``share_key(group, topic_id, partition)`` after releases, lock expiry and rollbacks.
+notifies ``share_key(group, topic, partition)`` after releases, lock expiry and rollbacks.
 """
 
 from __future__ import annotations
@@ -51,8 +51,10 @@ _LOAD_ERRORS = {
 }
 
 
-def share_key(group_id: str, topic_id: UUID, partition: int) -> tuple:
-    return ("share", group_id, topic_id, partition)
+def share_key(group_id: str, topic: str, partition: int) -> tuple:
+    """Keyed by topic name, not id: a fetch parks on one per partition, and hashing a UUID
+    calls Python code. A recreated topic's fetches may be woken for the old one: harmless."""
+    return ("share", group_id, topic, partition)
 
 
 @dataclass
@@ -268,7 +270,7 @@ class SharePartitionManager:
             leaders.append((topic_id, p, topic, leader))
         if not leaders or params.max_records <= 0 or params.max_bytes <= 0:
             return results
-        keys = [(share_key(group_id, topic_id, p), data_key(topic, p)) for topic_id, p, topic, _ in leaders]
+        keys = [(share_key(group_id, topic, p), data_key(topic, p)) for _, p, topic, _ in leaders]
         with self.broker.waiters.turn(keys) as turn:
             while True:
                 final = loop.time() >= deadline or self.broker.partitions.shutting_down
@@ -280,8 +282,9 @@ class SharePartitionManager:
                 await turn.wait(deadline - loop.time())
 
     def _may_have_more(self, key: tuple) -> bool:
-        _, group_id, topic_id, p = key
-        return self._servable(self._leaders.get((group_id, topic_id, p)))
+        _, group_id, topic, p = key
+        t = self.broker.topics.get(topic)
+        return self._servable(self._leaders.get((group_id, t.topic_id, p)) if t is not None else None)
 
     def _servable(self, leader: _Leader | None) -> bool:
         """Whether a fetch parked on the share partition could acquire something now. True when
@@ -435,7 +438,7 @@ class SharePartitionManager:
             sp.commit(t)
         self._arm(leader)
         if self._servable(leader):  # released records, or room under the in-flight limit
-            self.broker.waiters.notify(share_key(group_id, topic_id, p))
+            self._notify(leader)
         return code, msg
 
     # --- acquisition locks ----------------------------------------------------------------------
@@ -460,8 +463,7 @@ class SharePartitionManager:
         if t is None:
             return
         leader.stats.lock_timeouts += sum(last - first + 1 for first, last, _, _ in t.state_batches)
-        group_id, topic_id, p = leader.key
-        self.broker.waiters.notify(share_key(group_id, topic_id, p))
+        self._notify(leader)
         if t.needs_write:
             self._track(asyncio.get_running_loop().create_task(self._write_final(leader, t)))
 
@@ -489,7 +491,7 @@ class SharePartitionManager:
                     leader.timer.cancel()
                 self._drop(key)
                 self.stats.forget_topic(leader.topic)
-                self.broker.waiters.notify(share_key(*key))
+                self._notify(leader)
 
     def forget_share_state(self, group_id: str, partitions=None) -> None:
         """The share-partition state of ``group_id`` was replaced or deleted by an admin request
@@ -507,7 +509,7 @@ class SharePartitionManager:
                 leader.timer.cancel()
                 leader.timer = None
             self._drop(key)
-            self.broker.waiters.notify(share_key(*key))
+            self._notify(leader)
 
     def metrics_view(self):
         """(group, topic, partition, SharePartition, SharePartitionStats) of every loaded share
@@ -522,6 +524,10 @@ class SharePartitionManager:
     def _add(self, key: Key, leader: _Leader) -> _Leader:
         self._leaders[key] = self._by_group.setdefault(key[0], {})[key] = leader
         return leader
+
+    def _notify(self, leader: _Leader) -> None:
+        """Records may have become available (or the partition went away): wake a parked fetch."""
+        self.broker.waiters.notify(share_key(leader.key[0], leader.topic, leader.key[2]))
 
     def _drop(self, key: Key) -> None:
         self._leaders.pop(key).dropped = True

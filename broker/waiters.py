@@ -25,7 +25,7 @@ class Waiters:
         # a turn is stale (must look again) while its count is below its key's.
         self._queues: dict[Hashable, dict[Turn, int]] = {}
         self._notified: dict[Hashable, int] = {}
-        self._links: dict[Hashable, dict[Hashable, int]] = {}  # data key -> {turn key: parked turns}
+        self._links: dict[Hashable, set[Hashable]] = {}  # data key -> turn keys with a queue
 
     async def wait(self, keys: Iterable[Hashable], timeout_s: float) -> bool:
         """True if one of ``keys`` was notified before ``timeout_s`` elapsed."""
@@ -49,7 +49,8 @@ class Waiters:
                         del self._by_key[k]
 
     def turn(self, keys: Iterable[tuple[Hashable, Hashable]]) -> Turn:
-        """A place in the queues of ``keys``: (turn key, the data key that also wakes it)."""
+        """A place in the queues of ``keys``: (turn key, the data key that also wakes it; always
+        the same one for a turn key)."""
         return Turn(self, list(keys))
 
     def notify(self, key: Hashable) -> None:
@@ -90,10 +91,8 @@ class Waiters:
             if queue is None:
                 queue = self._queues[key] = {}
                 self._notified[key] = 0
+                self._links.setdefault(data_key, set()).add(key)
             queue[turn] = self._notified[key]
-            if data_key is not None:
-                linked = self._links.setdefault(data_key, {})
-                linked[key] = linked.get(key, 0) + 1
 
     def _unpark(self, turn: Turn) -> None:
         for key, data_key in turn.keys:
@@ -101,14 +100,10 @@ class Waiters:
             del queue[turn]
             if not queue:
                 del self._queues[key], self._notified[key]
-            if data_key is not None:
                 linked = self._links[data_key]
-                if linked[key] == 1:
-                    del linked[key]
-                    if not linked:
-                        del self._links[data_key]
-                else:
-                    linked[key] -= 1
+                linked.discard(key)
+                if not linked:
+                    del self._links[data_key]
 
     def __len__(self) -> int:
         return sum(len(s) for s in self._by_key.values()) + sum(len(q) for q in self._queues.values())

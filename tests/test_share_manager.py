@@ -1,10 +1,22 @@
-"""SharePartitionManager on an in-process broker: what a member's release touches."""
+"""SharePartitionManager on an in-process broker: what a member's release touches, and which
+parked share fetches look when records may have become available."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from contextlib import asynccontextmanager
+
 from broker.broker import Broker
 from broker.config import BrokerConfig
+from broker.context import RequestContext
+from broker.handlers import produce as produce_handler
 from broker.log.memory import MemoryLogStore
+from broker.share.manager import FetchParams
+from protocol.errors import ErrorCode
+from tests.test_produce_support import batch, produce_request
+from tests.test_share_heartbeat_wire import heartbeat
+from tests.test_share_wire_support import ShareMember, parts
 
 
 class CountingDict(dict):
@@ -17,17 +29,47 @@ class CountingDict(dict):
         return super().items()
 
 
+def new_broker(tmp_path, extra: dict | None = None) -> Broker:
+    return Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
+                                "offsets.topic.num.partitions": "2",
+                                "share.coordinator.state.topic.num.partitions": "2", **(extra or {})}),
+                  store=MemoryLogStore())
+
+
+@asynccontextmanager
+async def running_broker(tmp_path, extra: dict | None = None):
+    b = new_broker(tmp_path, extra)
+    await b.start()
+    try:
+        yield b
+    finally:
+        await b.stop()
+
+
+def params(max_wait_ms: int, max_records: int = 500, batch_size: int = 500) -> FetchParams:
+    return FetchParams(max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, max_records=max_records,
+                       batch_size=batch_size)
+
+
+async def produce(b: Broker, topic: str, values: list[bytes]) -> None:
+    conn = type("Conn", (), {"peer": ("127.0.0.1", 1), "close": lambda self: None})()
+    request = produce_request(topic, batch(values))
+    resp = await produce_handler.handle(RequestContext(b, conn, 0, 9, 1, "tests"), request)
+    assert resp.responses[0].partition_responses[0].error_code == 0
+
+
+async def until_parked(b: Broker, n: int = 1) -> None:
+    while len(b.waiters) < n:
+        await asyncio.sleep(0.001)
+
+
 async def test_a_release_visits_only_the_members_group_never_every_share_partition(tmp_path):
     """A closed share session names its partitions, so its member's records are released there
     by lookup; a member that left the group has its records released in every share partition
     of the group, found by group. Both used to scan every loaded share partition: 1,900
     consumers disconnecting at once held the broker for 2.4 s, and again when their sessions
     timed out."""
-    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
-                             "offsets.topic.num.partitions": "2",
-                             "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
-    await b.start()
-    try:
+    async with running_broker(tmp_path) as b:
         manager = b.share_manager
         topic_id = b.topics.create("t", 4).topic_id
         for group in ("g", "other"):
@@ -52,45 +94,30 @@ async def test_a_release_visits_only_the_members_group_never_every_share_partiti
         assert sorted(key[2] for key, _ in manager.share_partitions("g")) == [0, 2, 3]
         manager.forget_topic(topic_id)
         assert manager.share_partitions() == [] and manager._by_group == {}
-    finally:
-        await b.stop()
 
 
 async def test_a_produce_makes_one_parked_share_fetch_per_group_look(tmp_path):
     """Members of a share group compete for the same records: waking all of them for one
     produced record cost every parked member a read, and all but one found nothing (200
     parked members took 0.87 of a core at 100 single-record produces a second)."""
-    import asyncio
-
-    from broker.context import RequestContext
-    from broker.handlers import produce as produce_handler
-    from broker.share.manager import FetchParams
-    from tests.test_produce_support import batch, produce_request
-
-    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
-                             "offsets.topic.num.partitions": "2",
-                             "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
-    await b.start()
-    fetches = []
-    try:
+    async with running_broker(tmp_path) as b:
         manager = b.share_manager
         topic_id = b.topics.create("t", 1).topic_id
         looks = []
         acquire = manager._acquire
         manager._acquire = lambda member, leaders, *a, **kw: (
             looks.append(leaders[0][3].key[0]) or acquire(member, leaders, *a, **kw))
-        params = FetchParams(max_wait_ms=30_000, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500)
+        fetches = []
         for i in range(20):
             for group in ("g", "h"):
                 await manager.partition(group, topic_id, 0, "t")
-                fetches.append(asyncio.ensure_future(manager.fetch(group, f"m{i}", [(topic_id, 0, "t")], params)))
-        while len(b.waiters) < 40:
-            await asyncio.sleep(0)
+                fetches.append(asyncio.ensure_future(
+                    manager.fetch(group, f"m{i}", [(topic_id, 0, "t")], params(30_000))))
+        await until_parked(b, 40)
         looks.clear()
 
-        conn = type("Conn", (), {"peer": ("127.0.0.1", 1), "close": lambda self: None})()
-        await produce_handler.handle(RequestContext(b, conn, 0, 9, 1, "tests"), produce_request("t", batch([b"x"])))
-        done, _ = await asyncio.wait(fetches, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        await produce(b, "t", [b"x"])
+        done = set()
         while len(done) < 2:
             more, _ = await asyncio.wait(set(fetches) - done, timeout=10, return_when=asyncio.FIRST_COMPLETED)
             assert more
@@ -99,24 +126,14 @@ async def test_a_produce_makes_one_parked_share_fetch_per_group_look(tmp_path):
         assert sorted(fetches.index(f) for f in done) == [0, 1]  # the longest parked of each group
         assert all(r.acquired == [(0, 0, 1)] for f in done for r in f.result().values())
         assert len(b.waiters) == 38
-    finally:
         for f in fetches:
             f.cancel()
-        await b.stop()
 
 
 async def test_a_shutdown_answers_share_fetches_parked_in_their_long_poll(tmp_path):
     """A stop lets read requests finish and stops long polls from waiting. A parked share
     fetch used to hold the stop for its whole 10 s grace, then was cut off unanswered."""
-    import asyncio
-    import time
-
-    from tests.test_share_heartbeat_wire import heartbeat
-    from tests.test_share_wire_support import ShareMember, parts
-
-    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
-                             "offsets.topic.num.partitions": "2",
-                             "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
+    b = new_broker(tmp_path)
     host, port = await b.start()
     topic_id = b.topics.create("t", 1).topic_id
     m = ShareMember(f"{host}:{port}", "g")
@@ -128,8 +145,7 @@ async def test_a_shutdown_answers_share_fetches_parked_in_their_long_poll(tmp_pa
 
     try:
         answer = await asyncio.to_thread(park)
-        while not len(b.waiters):  # the fetch is parked in its long poll
-            await asyncio.sleep(0.001)
+        await until_parked(b)
         started = time.monotonic()
         await b.stop()
         assert time.monotonic() - started < 5
@@ -143,16 +159,7 @@ async def test_deleting_a_topic_forgets_it_once_and_answers_its_parked_share_fet
     """The deletion listener forgot the topic once per loaded share partition, each time
     scanning every share partition and session: 4,000 of them on the topic, beside 4,000 on
     another, held the broker for 11 s. A fetch parked on the topic waited out its MaxWaitMs."""
-    import asyncio
-
-    from broker.share.manager import FetchParams
-    from protocol.errors import ErrorCode
-
-    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
-                             "offsets.topic.num.partitions": "2",
-                             "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
-    await b.start()
-    try:
+    async with running_broker(tmp_path) as b:
         manager = b.share_manager
         topic_id = b.topics.create("t", 4).topic_id
         other_id = b.topics.create("other", 4).topic_id
@@ -160,10 +167,9 @@ async def test_deleting_a_topic_forgets_it_once_and_answers_its_parked_share_fet
             for p in range(4):
                 await manager.partition(group, topic_id, p, "t")
                 await manager.partition(group, other_id, p, "other")
-        params = FetchParams(max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500)
-        parked = asyncio.ensure_future(manager.fetch("g", "m", [(topic_id, 0, "t"), (other_id, 0, "other")], params))
-        while not len(b.waiters):
-            await asyncio.sleep(0)
+        parked = asyncio.ensure_future(
+            manager.fetch("g", "m", [(topic_id, 0, "t"), (other_id, 0, "other")], params(60_000)))
+        await until_parked(b)
         calls = []
         forget, forget_sessions = manager.forget_topic, b.share_sessions.forget_partitions
         manager.forget_topic = lambda t: calls.append(t) or forget(t)
@@ -176,68 +182,36 @@ async def test_deleting_a_topic_forgets_it_once_and_answers_its_parked_share_fet
         assert (other_id, 0) not in result  # (no records, no error)
         left = sorted((k[0], k[1]) for k, _ in manager.share_partitions())
         assert left == [("g", other_id)] * 4 + [("h", other_id)] * 4
-    finally:
-        await b.stop()
 
 
 async def test_a_fetch_parked_on_share_state_that_an_admin_request_drops_answers_at_once(tmp_path):
     """A reset (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups) drops the cached
     share partition. A fetch parked on it must not acquire from the dropped copy: records it
     took there would be delivered again from the reloaded state."""
-    import asyncio
-
-    from broker.share.manager import FetchParams
-    from protocol.errors import ErrorCode
-
-    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
-                             "offsets.topic.num.partitions": "2",
-                             "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
-    await b.start()
-    try:
+    async with running_broker(tmp_path) as b:
         manager = b.share_manager
         topic_id = b.topics.create("t", 1).topic_id
         await manager.partition("g", topic_id, 0, "t")
-        params = FetchParams(max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500)
-        parked = asyncio.ensure_future(manager.fetch("g", "m", [(topic_id, 0, "t")], params))
-        while not len(b.waiters):
-            await asyncio.sleep(0)
+        parked = asyncio.ensure_future(manager.fetch("g", "m", [(topic_id, 0, "t")], params(60_000)))
+        await until_parked(b)
         manager.forget_share_state("g")
         result = await asyncio.wait_for(parked, 5)
         assert result[(topic_id, 0)].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    finally:
-        await b.stop()
 
 
 async def test_an_acknowledgement_wakes_a_parked_fetch_only_when_it_leaves_records_to_acquire(tmp_path):
-    import asyncio
-
-    from broker.context import RequestContext
-    from broker.handlers import produce as produce_handler
-    from broker.share.manager import FetchParams
-    from tests.test_produce_support import batch, produce_request
-
-    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
-                             "offsets.topic.num.partitions": "2",
-                             "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
-    await b.start()
-    try:
+    async with running_broker(tmp_path) as b:
         manager = b.share_manager
         topic_id = b.topics.create("t", 1).topic_id
         await manager.partition("g", topic_id, 0, "t")
-        conn = type("Conn", (), {"peer": ("127.0.0.1", 1), "close": lambda self: None})()
-        resp = await produce_handler.handle(RequestContext(b, conn, 0, 9, 1, "tests"),
-                                            produce_request("t", batch([b"a", b"b"])))
-        assert resp.responses[0].partition_responses[0].error_code == 0
-        now = FetchParams(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=1)
-        held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], now)
+        await produce(b, "t", [b"a", b"b"])
+        held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0, batch_size=1))
         assert held[(topic_id, 0)].acquired == [(0, 1, 1)]
         looks = []
         acquire = manager._acquire
         manager._acquire = lambda member, *a, **kw: looks.append(member) or acquire(member, *a, **kw)
-        wait = FetchParams(max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500)
-        parked = asyncio.ensure_future(manager.fetch("g", "m2", [(topic_id, 0, "t")], wait))
-        while not len(b.waiters):
-            await asyncio.sleep(0)
+        parked = asyncio.ensure_future(manager.fetch("g", "m2", [(topic_id, 0, "t")], params(60_000)))
+        await until_parked(b)
 
         await manager.acknowledge("g", "m1", {(topic_id, 0): [(0, 0, [1])]})  # accept: nothing to acquire
         for _ in range(20):
@@ -246,40 +220,19 @@ async def test_an_acknowledgement_wakes_a_parked_fetch_only_when_it_leaves_recor
         await manager.acknowledge("g", "m1", {(topic_id, 0): [(1, 1, [2])]})  # release: m2 takes it
         result = await asyncio.wait_for(parked, 5)
         assert looks == ["m2", "m2"] and result[(topic_id, 0)].acquired == [(1, 1, 2)]
-    finally:
-        await b.stop()
 
 
 async def test_an_acceptance_that_makes_room_under_the_in_flight_limit_wakes_a_parked_fetch(tmp_path):
-    import asyncio
-
-    from broker.context import RequestContext
-    from broker.handlers import produce as produce_handler
-    from broker.share.manager import FetchParams
-    from tests.test_produce_support import batch, produce_request
-
-    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
-                             "offsets.topic.num.partitions": "2", "group.share.partition.max.record.locks": "100",
-                             "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
-    await b.start()
-    try:
+    async with running_broker(tmp_path, {"group.share.partition.max.record.locks": "100"}) as b:
         manager = b.share_manager
         topic_id = b.topics.create("t", 1).topic_id
         await manager.partition("g", topic_id, 0, "t")
-        conn = type("Conn", (), {"peer": ("127.0.0.1", 1), "close": lambda self: None})()
-        for values in ([b"x"] * 100, [b"y"]):
-            resp = await produce_handler.handle(RequestContext(b, conn, 0, 9, 1, "tests"),
-                                                produce_request("t", batch(values)))
-            assert resp.responses[0].partition_responses[0].error_code == 0
-        now = FetchParams(max_wait_ms=0, min_bytes=1, max_bytes=1 << 20, max_records=100, batch_size=100)
-        held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], now)
+        await produce(b, "t", [b"x"] * 100)
+        await produce(b, "t", [b"y"])
+        held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0, max_records=100, batch_size=100))
         assert held[(topic_id, 0)].acquired == [(0, 99, 1)]  # the limit: offset 100 waits
-        wait = FetchParams(max_wait_ms=60_000, min_bytes=1, max_bytes=1 << 20, max_records=500, batch_size=500)
-        parked = asyncio.ensure_future(manager.fetch("g", "m2", [(topic_id, 0, "t")], wait))
-        while not len(b.waiters):
-            await asyncio.sleep(0)
+        parked = asyncio.ensure_future(manager.fetch("g", "m2", [(topic_id, 0, "t")], params(60_000)))
+        await until_parked(b)
         await manager.acknowledge("g", "m1", {(topic_id, 0): [(0, 99, [1])]})
         result = await asyncio.wait_for(parked, 5)
         assert result[(topic_id, 0)].acquired == [(100, 100, 1)]
-    finally:
-        await b.stop()

@@ -236,3 +236,19 @@ async def test_an_acceptance_that_makes_room_under_the_in_flight_limit_wakes_a_p
         await manager.acknowledge("g", "m1", {(topic_id, 0): [(0, 99, [1])]})
         result = await asyncio.wait_for(parked, 5)
         assert result[(topic_id, 0)].acquired == [(100, 100, 1)]
+
+
+async def test_a_parked_fetch_whose_client_left_hands_its_wake_up_on(tmp_path):
+    """Parked fetches are woken oldest first, and a disconnected client's fetch stays parked
+    until then: it used to acquire the records, which were then released for the next one."""
+    async with running_broker(tmp_path) as b:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 1).topic_id
+        await manager.partition("g", topic_id, 0, "t")
+        left = asyncio.ensure_future(manager.fetch("g", "m1", [(topic_id, 0, "t")], params(60_000), gone=lambda: True))
+        await until_parked(b)
+        stays = asyncio.ensure_future(manager.fetch("g", "m2", [(topic_id, 0, "t")], params(60_000)))
+        await until_parked(b, 2)
+        await produce(b, "t", [b"x"])
+        assert await asyncio.wait_for(left, 5) == {}
+        assert (await asyncio.wait_for(stays, 5))[(topic_id, 0)].acquired == [(0, 0, 1)]

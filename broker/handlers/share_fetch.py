@@ -102,7 +102,7 @@ async def handle(ctx, req) -> ShareFetchResponse:
                 max_records=req.max_records, batch_size=req.batch_size,
                 acquire_mode=req.share_acquire_mode if v >= 2 else 0,
             )
-            fetched = await manager.fetch(group, member, wanted, params)
+            fetched = await manager.fetch(group, member, wanted, params, gone=lambda: connection_gone(ctx))
             if connection_gone(ctx):
                 # The client left while this fetch long-polled: nobody will read the answer,
                 # so give back what it acquired now instead of when the locks expire.

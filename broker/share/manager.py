@@ -243,18 +243,20 @@ class SharePartitionManager:
     # --- fetch ----------------------------------------------------------------------------------
 
     async def fetch(
-        self, group_id: str, member_id: str, partitions: list[tuple[UUID, int, str]], params: FetchParams
+        self, group_id: str, member_id: str, partitions: list[tuple[UUID, int, str]], params: FetchParams,
+        gone: Callable[[], bool] = lambda: False,
     ) -> dict[tuple[UUID, int], PartitionFetch]:
         """Acquire records for ``member_id`` from ``partitions`` ((topic id, partition, topic name),
         in the order to serve them), long-polling up to MaxWaitMs until MinBytes are available.
-        Answers the partitions that have records or an error."""
-        results = await self._fetch(group_id, member_id, partitions, params)
+        Answers the partitions that have records or an error. A fetch woken after ``gone()``
+        (its client disconnected) acquires nothing and hands the wake-up on."""
+        results = await self._fetch(group_id, member_id, partitions, params, gone)
         failed = {tp for tp, f in results.items() if f.error_code}
         self.stats.share_requests(self.stats.fetch_requests, per_topic(
             (topic, bool(failed) and (topic_id, p) in failed) for topic_id, p, topic in partitions))
         return results
 
-    async def _fetch(self, group_id, member_id, partitions, params: FetchParams):
+    async def _fetch(self, group_id, member_id, partitions, params: FetchParams, gone):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(params.max_wait_ms, 0) / 1000
         results: dict[tuple[UUID, int], PartitionFetch] = {}
@@ -280,6 +282,8 @@ class SharePartitionManager:
                     results.update(got)
                     return results
                 await turn.wait(deadline - loop.time())
+                if gone():
+                    return results
 
     def _may_have_more(self, key: tuple) -> bool:
         _, group_id, topic, p = key

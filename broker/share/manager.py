@@ -273,11 +273,16 @@ class SharePartitionManager:
         if not leaders or params.max_records <= 0 or params.max_bytes <= 0:
             return results
         keys = [(share_key(group_id, topic, p), data_key(topic, p)) for _, p, topic, _ in leaders]
+
+        def more(key) -> bool:  # (only for the keys that woke this fetch)
+            _, _, topic, p = key
+            return self._servable(next(lr for _, lp, t, lr in leaders if lp == p and t == topic))
+
         with self.broker.waiters.turn(keys) as turn:
             while True:
                 final = loop.time() >= deadline or self.broker.partitions.shutting_down
                 got = self._acquire(member_id, leaders, params, final=final)
-                turn.pass_on(self._may_have_more)
+                turn.pass_on(more)
                 if got is not None:
                     results.update(got)
                     return results
@@ -285,15 +290,10 @@ class SharePartitionManager:
                 if gone():
                     return results
 
-    def _may_have_more(self, key: tuple) -> bool:
-        _, group_id, topic, p = key
-        t = self.broker.topics.get(topic)
-        return self._servable(self._leaders.get((group_id, t.topic_id, p)) if t is not None else None)
-
-    def _servable(self, leader: _Leader | None) -> bool:
+    def _servable(self, leader: _Leader) -> bool:
         """Whether a fetch parked on the share partition could acquire something now. True when
         unsure (the partition went away): the fetch then answers for itself."""
-        if leader is None or leader.dropped or leader.sp is None:
+        if leader.dropped or leader.sp is None:
             return True
         lg = self.broker.store.get(leader.topic, leader.key[2])
         if lg is None:

@@ -116,6 +116,12 @@ def _load_error(e: BaseException) -> KafkaError:
     return KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR)
 
 
+def _has_acquirable(lg, sp: SharePartition) -> bool:
+    """Whether a read of ``lg`` could acquire anything for ``sp`` now: a fetch skips the
+    partition otherwise, and a parked fetch is not woken for it."""
+    return sp.can_acquire() and sp.next_fetch_offset() < lg.end_offset
+
+
 def _read_next(lg, sp: SharePartition, read_bytes: int):
     """``(offset, read)`` from the share partition's next fetch offset (read None at the log
     end); a log start that passed that offset is applied first."""
@@ -296,10 +302,7 @@ class SharePartitionManager:
         if leader.dropped or leader.sp is None:
             return True
         lg = self.broker.store.get(leader.topic, leader.key[2])
-        if lg is None:
-            return True
-        sp = leader.sp
-        return sp.can_acquire() and sp.next_fetch_offset() < lg.end_offset
+        return lg is None or _has_acquirable(lg, leader.sp)
 
     def _acquire(self, member_id, leaders, params: FetchParams, *, final: bool):
         """Read and acquire synchronously; None means "not enough yet, keep waiting". Only
@@ -318,8 +321,8 @@ class SharePartitionManager:
             sp = leader.sp
             if lg.start_offset > sp.start_offset:
                 sp.on_log_start_offset(lg.start_offset)
-            if sp.next_fetch_offset() >= lg.end_offset or not sp.can_acquire():
-                continue  # nothing to read
+            if not _has_acquirable(lg, sp):
+                continue
             try:
                 offset, rr = _read_next(lg, sp, _read_size(leader, params, budget_bytes))
             except READ_ERRORS as e:  # a damaged log, which has reported it
@@ -491,11 +494,8 @@ class SharePartitionManager:
         """A deleted topic's share partitions go away with it; fetches parked on them answer."""
         for key, leader in list(self._leaders.items()):
             if key[1] == topic_id:
-                if leader.timer is not None:
-                    leader.timer.cancel()
-                self._drop(key)
+                self._forget(key, leader)
                 self.stats.forget_topic(leader.topic)
-                self._notify(leader)
 
     def forget_share_state(self, group_id: str, partitions=None) -> None:
         """The share-partition state of ``group_id`` was replaced or deleted by an admin request
@@ -509,11 +509,7 @@ class SharePartitionManager:
         for key, leader in list(self._by_group.get(group_id, {}).items()):
             if wanted is not None and (key[1], key[2]) not in wanted:
                 continue
-            if leader.timer is not None:
-                leader.timer.cancel()
-                leader.timer = None
-            self._drop(key)
-            self._notify(leader)
+            self._forget(key, leader)
 
     def metrics_view(self):
         """(group, topic, partition, SharePartition, SharePartitionStats) of every loaded share
@@ -532,6 +528,14 @@ class SharePartitionManager:
     def _notify(self, leader: _Leader) -> None:
         """Records may have become available (or the partition went away): wake a parked fetch."""
         self.broker.waiters.notify(share_key(leader.key[0], leader.topic, leader.key[2]))
+
+    def _forget(self, key: Key, leader: _Leader) -> None:
+        """Drop a loaded share partition (its lock timer with it) and wake its parked fetches."""
+        if leader.timer is not None:
+            leader.timer.cancel()
+            leader.timer = None
+        self._drop(key)
+        self._notify(leader)
 
     def _drop(self, key: Key) -> None:
         self._leaders.pop(key).dropped = True

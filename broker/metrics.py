@@ -17,9 +17,9 @@ partition leaders bump integer counters at the points where records are acquired
 or their locks expire, and every gauge (in-flight records, lag, groups by state, members,
 sessions) is computed at scrape time by walking the in-memory state. The HTTP endpoint runs on
 the broker's own event loop, so a scrape reads that state from the thread that owns it: no
-locks, no torn views, and no work at all between scrapes. Only the formatting, most of a
-scrape's cost (about 0.5 s for 4,000 share partitions), runs in a worker thread on numbers
-copied on the loop, so requests are not held up while a scrape is written.
+locks, no torn values, and no work at all between scrapes. Share partitions are read a few
+hundred per turn of the loop and formatted in a worker thread (about 60 ms in all for 4,000
+of them), so requests are not held up while a scrape is written.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.utils import floatToGoString
 
 from coordinator.group.share_offsets import share_partition_lag
 
@@ -199,35 +200,59 @@ def per_topic(rows: Iterable[tuple[str, int]]) -> list[tuple[str, bool]]:
 # --- the collector ----------------------------------------------------------------------------------
 
 
-def _share_partition_families(rows: list[tuple]) -> tuple:
-    """The per-share-partition families from ``BrokerCollector._share_partition_rows``."""
-    labels = ["group", "topic", "partition"]
-    in_flight = GaugeMetricFamily("kafka_server_sharepartitionmetrics_inflightmessagecount",
-                                  "Records from the share-partition start offset to the last cached one.",
-                                  labels=labels)
-    batches = GaugeMetricFamily("kafka_server_sharepartitionmetrics_inflightbatchcount",
-                                "Cached in-flight batches.", labels=labels)
-    acquired_now = GaugeMetricFamily("kafka_server_sharepartitionmetrics_acquiredmessagecount",
-                                     "Records currently acquired by consumers.", labels=labels)
-    lag = GaugeMetricFamily("kafka_server_sharepartitionmetrics_lag",
-                            "KIP-1226 share-partition lag: log end offset - start offset - "
-                            "delivery-complete count.", labels=labels)
-    start = GaugeMetricFamily("kafka_server_sharepartitionmetrics_startoffset",
-                              "Share-partition start offset (SPSO).", labels=labels)
-    timeouts = CounterMetricFamily("kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
-                                   "Records whose acquisition lock expired.", labels=labels)
-    acquired = CounterMetricFamily("kafka_server_sharepartitionmetrics_acquiredrecords",
-                                   "Records acquired (deliveries, redeliveries included).", labels=labels)
-    for values, n_in_flight, n_batches, n_acquired, n_lag, start_offset, n_timeouts, n_delivered in rows:
-        in_flight.add_metric(values, n_in_flight)
-        batches.add_metric(values, n_batches)
-        acquired_now.add_metric(values, n_acquired)
-        start.add_metric(values, start_offset)
-        if n_lag is not None:
-            lag.add_metric(values, n_lag)
-        timeouts.add_metric(values, n_timeouts)
-        acquired.add_metric(values, n_delivered)
-    return in_flight, batches, acquired_now, lag, start, timeouts, acquired
+# The per-share-partition series, in the order of a row's values (``_share_partition_rows``).
+SHARE_PARTITION_SERIES = (
+    ("kafka_server_sharepartitionmetrics_inflightmessagecount", "gauge",
+     "Records from the share-partition start offset to the last cached one."),
+    ("kafka_server_sharepartitionmetrics_inflightbatchcount", "gauge", "Cached in-flight batches."),
+    ("kafka_server_sharepartitionmetrics_acquiredmessagecount", "gauge", "Records currently acquired by consumers."),
+    ("kafka_server_sharepartitionmetrics_lag", "gauge",
+     "KIP-1226 share-partition lag: log end offset - start offset - delivery-complete count."),
+    ("kafka_server_sharepartitionmetrics_startoffset", "gauge", "Share-partition start offset (SPSO)."),
+    ("kafka_server_sharepartitionmetrics_acquisitionlocktimeout", "counter", "Records whose acquisition lock expired."),
+    ("kafka_server_sharepartitionmetrics_acquiredrecords", "counter",
+     "Records acquired (deliveries, redeliveries included)."),
+)
+# Share partitions read per turn of the event loop at scrape time (about 1 ms each).
+ROWS_PER_TURN = 256
+
+
+def _share_partition_families(rows: list[tuple]) -> list:
+    """The per-share-partition families as prometheus_client objects (the registry's view, and
+    the reference ``share_partition_exposition`` is tested against)."""
+    kinds = {"gauge": GaugeMetricFamily, "counter": CounterMetricFamily}
+    families = [kinds[kind](name, doc, labels=["group", "topic", "partition"])
+                for name, kind, doc in SHARE_PARTITION_SERIES]
+    for labels, *values in rows:
+        for family, value in zip(families, values):
+            if value is not None:  # lag is unknown until the state was written once
+                family.add_metric(labels, value)
+    return families
+
+
+def _label_value(text: str) -> str:
+    return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
+
+
+def _number(n: int) -> str:
+    return f"{n}.0" if type(n) is int and 0 <= n < 1_000_000 else floatToGoString(n)
+
+
+def share_partition_exposition(rows: list[tuple], *, openmetrics: bool) -> list[bytes]:
+    """The per-share-partition series in the text (0.0.4) or OpenMetrics format, one part per
+    series, exactly as prometheus_client writes ``_share_partition_families``, without its
+    per-sample objects: those took 0.4 s (text) and 0.65 s (OpenMetrics) for 4,000 share
+    partitions, holding the GIL against the event loop."""
+    labels = [f'{{group="{_label_value(group)}",partition="{partition}",topic="{_label_value(topic)}"}}'
+              for (group, topic, partition), *_ in rows]
+    parts = []
+    for i, (name, kind, doc) in enumerate(SHARE_PARTITION_SERIES, start=1):
+        sample = name + "_total" if kind == "counter" else name
+        head = name if openmetrics else sample
+        lines = [f"# HELP {head} {doc}\n# TYPE {head} {kind}\n"]
+        lines += [f"{sample}{label} {_number(row[i])}\n" for label, row in zip(labels, rows) if row[i] is not None]
+        parts.append("".join(lines).encode())
+    return parts
 
 
 class BrokerCollector:
@@ -238,22 +263,28 @@ class BrokerCollector:
         self.metrics = metrics
 
     def collect(self) -> Iterator:
-        return self.families(self.snapshot())
+        """Everything at once, in the caller's thread (the registry's view; scrapes use
+        ``BrokerMetrics.exposition``)."""
+        yield from self.broker_families()
+        yield from _share_partition_families(self._share_partition_rows(self.broker.share_manager.metrics_view()))
 
-    def snapshot(self) -> tuple[list, list[tuple]]:
-        """What one scrape reports, read on the event loop: the few broker-wide families built,
-        and every share partition's numbers copied for ``families`` to format in any thread."""
-        families = [*self._requests(), *self._share_group(), *self._group_coordinator(), *self._share_sessions(),
-                    GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
-                                      "Partitions whose log went offline (a failed fsync or read) until a restart.",
-                                      value=sum(lg.offline for lg in self.broker.store.partitions()))]
-        return families, self._share_partition_rows()
+    def broker_families(self) -> list:
+        """The few broker-wide families, built on the event loop."""
+        return [*self._requests(), *self._share_group(), *self._group_coordinator(), *self._share_sessions(),
+                GaugeMetricFamily("kafka_controller_kafkacontroller_offlinepartitionscount",
+                                  "Partitions whose log went offline (a failed fsync or read) until a restart.",
+                                  value=sum(lg.offline for lg in self.broker.store.partitions()))]
 
-    @staticmethod
-    def families(snapshot: tuple[list, list[tuple]]) -> Iterator:
-        families, rows = snapshot
-        yield from families
-        yield from _share_partition_families(rows)
+    async def share_partition_rows(self) -> list[tuple]:
+        """Every loaded share partition's numbers, read on the event loop ``ROWS_PER_TURN`` at
+        a time: thousands read at once held requests up for tens of milliseconds."""
+        leaders = self.broker.share_manager.metrics_view()
+        rows = []
+        for i in range(0, len(leaders), ROWS_PER_TURN):
+            if i:
+                await asyncio.sleep(0)
+            rows += self._share_partition_rows(leaders[i:i + ROWS_PER_TURN])
+        return rows
 
     def _requests(self):
         apis = self.metrics.requests.apis()
@@ -310,15 +341,20 @@ class BrokerCollector:
             yield total
             yield failed
 
-    def _share_partition_rows(self) -> list[tuple]:
+    def _share_partition_rows(self, leaders) -> list[tuple]:
         store = self.broker.store
         rows = []
-        for group, topic, partition, sp, stats in self.broker.share_manager.metrics_view():
-            lg = store.get(topic, partition)
+        for leader in leaders:
+            sp = leader.sp
+            if sp is None or leader.dropped:  # (forgotten since the scrape began)
+                continue
+            group, _, partition = leader.key
+            lg = store.get(leader.topic, partition)
             lag = None if lg is None else share_partition_lag(lg.end_offset, sp.start_offset,
                                                                 sp.delivery_complete_count)
-            rows.append(([group, topic, str(partition)], sp.in_flight_count, len(sp.entries()), sp.acquired_count,
-                         lag, sp.start_offset, stats.lock_timeouts, stats.acquired))
+            stats = leader.stats
+            rows.append(((group, leader.topic, str(partition)), sp.in_flight_count, sp.batch_count,
+                         sp.acquired_count, lag, sp.start_offset, stats.lock_timeouts, stats.acquired))
         return rows
 
     def _group_coordinator(self):
@@ -372,12 +408,17 @@ class BrokerMetrics:
         self.registry.register(self.runtime)
         self._server: asyncio.base_events.Server | None = None
 
-    async def exposition(self, accept: str = "") -> tuple[bytes, str]:
-        """The scrape body and its content type (OpenMetrics if the scraper asks for it). The
-        broker's state is read here, on the loop; formatting runs in a worker thread."""
+    async def exposition(self, accept: str = "") -> tuple[list[bytes], str]:
+        """The scrape body in parts, and its content type (OpenMetrics if the scraper asks for
+        it). The broker's state is read here, on the loop; formatting runs in a worker thread.
+        The parts are written with one writev, never joined: at 40,000 share partitions the
+        body is 28 MB, and each copy of it held the loop for tens of milliseconds."""
         encoder, content_type = choose_encoder(accept)
-        scrape = _Scrape(self.collector.snapshot(), self.runtime)
-        return await asyncio.get_running_loop().run_in_executor(None, encoder, scrape), content_type
+        families = self.collector.broker_families()
+        rows = await self.collector.share_partition_rows()
+        parts = await asyncio.get_running_loop().run_in_executor(
+            None, _encode, encoder, content_type, _Scrape(families, self.runtime), rows)
+        return parts, content_type
 
     async def serve(self, host: str, port: int) -> tuple[str, int]:
         """Serve ``GET /metrics`` on the running loop; returns the bound (host, port)."""
@@ -399,15 +440,26 @@ class BrokerMetrics:
 
 
 class _Scrape:
-    """One scrape's families for an encoder: the snapshot's, then the process's own."""
+    """A scrape's families for an encoder: the broker-wide ones, then the process's own."""
 
-    def __init__(self, snapshot: tuple[list, list[tuple]], runtime: CollectorRegistry) -> None:
-        self.snapshot = snapshot
+    def __init__(self, families: list, runtime: CollectorRegistry) -> None:
+        self.families = families
         self.runtime = runtime
 
     def collect(self) -> Iterator:
-        yield from BrokerCollector.families(self.snapshot)
+        yield from self.families
         yield from self.runtime.collect()
+
+
+_EOF = b"# EOF\n"
+
+
+def _encode(encoder, content_type: str, scrape: _Scrape, rows: list[tuple]) -> list[bytes]:
+    """The encoder's body, then the share-partition series (before OpenMetrics' end mark)."""
+    head = encoder(scrape)
+    if content_type.startswith("application/openmetrics-text"):
+        return [head.removesuffix(_EOF), *share_partition_exposition(rows, openmetrics=True), _EOF]
+    return [head, *share_partition_exposition(rows, openmetrics=False)]
 
 
 MAX_HTTP_HEAD = 16 * 1024
@@ -452,29 +504,29 @@ class _MetricsHttp(asyncio.Protocol):
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            self._reply(400, b"bad request\n")
+            self._reply(400, [b"bad request\n"])
         elif parts[0] not in ("GET", "HEAD"):
-            self._reply(405, b"method not allowed\n", extra="Allow: GET, HEAD\r\n")
+            self._reply(405, [b"method not allowed\n"], extra="Allow: GET, HEAD\r\n")
         elif parts[1].split("?", 1)[0] not in ("/metrics", "/"):
-            self._reply(404, b"not found; try /metrics\n")
+            self._reply(404, [b"not found; try /metrics\n"])
         else:
             self.answer = asyncio.get_running_loop().create_task(
                 self._scrape(headers.get("accept", ""), head_only=parts[0] == "HEAD"))
 
     async def _scrape(self, accept: str, *, head_only: bool) -> None:
         try:
-            body, content_type = await self.metrics.exposition(accept)
+            parts, content_type = await self.metrics.exposition(accept)
         except Exception:
             log.exception("collecting metrics failed")
-            self._reply(500, b"collecting metrics failed\n")
+            self._reply(500, [b"collecting metrics failed\n"])
             return
-        self._reply(200, body, content_type=content_type, head_only=head_only)
+        self._reply(200, parts, content_type=content_type, head_only=head_only)
 
-    def _reply(self, status: int, body: bytes, *, content_type: str = "text/plain; charset=utf-8",
+    def _reply(self, status: int, body: list[bytes], *, content_type: str = "text/plain; charset=utf-8",
                extra: str = "", head_only: bool = False) -> None:
         reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
                   500: "Internal Server Error"}[status]
         head = (f"HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\n"
-                f"Content-Length: {len(body)}\r\n{extra}Connection: close\r\n\r\n").encode("latin-1")
-        self.transport.write(head if head_only else head + body)
+                f"Content-Length: {sum(map(len, body))}\r\n{extra}Connection: close\r\n\r\n").encode("latin-1")
+        self.transport.writelines([head] if head_only else [head, *body])
         self.transport.close()

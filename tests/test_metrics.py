@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client.exposition import generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker import __main__ as cli
@@ -27,7 +29,9 @@ from broker.metrics import (
     Histogram,
     RequestMetrics,
     ShareGroupStats,
+    _share_partition_families,
     per_topic,
+    share_partition_exposition,
 )
 
 # --- counters -----------------------------------------------------------------------------------------
@@ -87,6 +91,28 @@ def test_share_requests_count_each_topic_once_per_request():
     assert stats.fetch_requests == {"a": [1, 1], "b": [2, 0]}
     stats.forget_topic("a")
     assert stats.fetch_requests == {"b": [2, 0]}
+
+
+class _Families:
+    def __init__(self, families) -> None:
+        self.families = families
+
+    def collect(self):
+        return self.families
+
+
+_counts = st.integers(0, 2**53)
+_rows = st.lists(st.tuples(st.tuples(st.text(), st.text(), st.integers(0, 2**31 - 1).map(str)),
+                           _counts, _counts, _counts, st.none() | _counts, _counts, _counts, _counts))
+
+
+@given(_rows)
+def test_share_partition_series_are_written_as_prometheus_client_writes_them(rows):
+    """The share-partition series skip prometheus_client's per-sample objects (0.35-0.9 s for
+    4,000 share partitions): byte for byte what it writes, in both formats, escapes included."""
+    reference = _Families(_share_partition_families(rows))
+    assert b"".join(share_partition_exposition(rows, openmetrics=False)) == generate_latest(reference)
+    assert b"".join(share_partition_exposition(rows, openmetrics=True)) + b"# EOF\n" == generate_openmetrics(reference)
 
 
 # --- the command line ---------------------------------------------------------------------------------
@@ -155,7 +181,7 @@ async def test_the_endpoint_serves_metrics_on_get_and_head_only(tmp_path):
 
 
 async def test_a_scrape_is_formatted_off_the_event_loop(tmp_path, monkeypatch):
-    """Formatting a scrape (about 0.5 s for 4,000 share partitions) runs in a worker thread:
+    """Formatting a scrape (about 40 ms for 4,000 share partitions) runs in a worker thread:
     while one is being formatted, the broker goes on answering, and a scrape that takes
     longer than the request head's timeout is still answered."""
     entered, release = threading.Event(), threading.Event()
@@ -186,6 +212,48 @@ async def test_a_scrape_is_formatted_off_the_event_loop(tmp_path, monkeypatch):
         assert status == 200 and b"kafka_server_sharesessioncache_sharesessionscount 0.0" in body
     finally:
         release.set()
+        await b.stop()
+
+
+async def test_a_scrape_reads_share_partitions_a_few_at_a_time_and_skips_those_dropped_meanwhile(
+        tmp_path, monkeypatch):
+    """4,000 share partitions read in one go held every request up for about 30 ms: a scrape
+    reads ``ROWS_PER_TURN`` of them per turn of the loop. One forgotten between two turns
+    (its group's state reset) is left out."""
+    monkeypatch.setattr(metrics_module, "ROWS_PER_TURN", 4)
+    b = Broker(_config(tmp_path), store=MemoryLogStore())
+    await b.start()
+    try:
+        topic_id = b.topics.create("t", 3).topic_id
+        for group in ("g", "h"):
+            for p in range(3):
+                await b.share_manager.partition(group, topic_id, p, "t")
+        reads, turns = [], 0
+        read = metrics_module.BrokerCollector._share_partition_rows
+
+        def counting(collector, leaders):
+            reads.append((len(leaders), turns))
+            rows = read(collector, leaders)
+            if len(reads) == 1:
+                b.share_manager.forget_share_state("h")
+            return rows
+
+        async def other_work():
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        monkeypatch.setattr(metrics_module.BrokerCollector, "_share_partition_rows", counting)
+        other = asyncio.create_task(other_work())
+        parts, _ = await b.metrics.exposition()
+        other.cancel()
+        assert [n for n, _ in reads] == [4, 2]
+        assert reads[0][1] < reads[1][1]  # other tasks ran between the reads
+        starts = {labels for (name, labels), _ in samples(b"".join(parts).decode()).items()
+                  if name == "kafka_server_sharepartitionmetrics_startoffset"}
+        assert sorted(dict(labels)["group"] for labels in starts) == ["g", "g", "g", "h"]  # read before the reset
+    finally:
         await b.stop()
 
 

@@ -511,10 +511,11 @@ class SharePartitionManager:
                 continue
             self._forget(key, leader)
 
-    def metrics_view(self):
-        """(group, topic, partition, SharePartition, SharePartitionStats) of every loaded share
-        partition; read at scrape time."""
-        return [(k[0], l.topic, k[2], l.sp, l.stats) for k, l in self._leaders.items() if l.sp is not None]
+    def metrics_view(self) -> list[_Leader]:
+        """The share-partition leaders (``key``, ``topic``, ``sp``, ``stats``), for a scrape that
+        may read them over several turns of the loop: by then some may be ``dropped``, or still
+        loading (``sp`` None)."""
+        return list(self._leaders.values())
 
     def share_partitions(self, group_id: str | None = None):
         """(key, SharePartition) of loaded share partitions, for describe and metrics."""

@@ -278,6 +278,11 @@ class SharePartition:
         return self._acquired
 
     @property
+    def batch_count(self) -> int:
+        """Cached in-flight batches (Kafka's InFlightBatchCount)."""
+        return len(self._cache)
+
+    @property
     def pending_transitions(self) -> int:
         return len(self._open)
 

@@ -231,10 +231,12 @@ def _share_partition_families(rows: list[tuple]) -> list:
 
 
 def _label_value(text: str) -> str:
+    """A label value escaped as both exposition formats want it."""
     return text.replace("\\", r"\\").replace("\n", r"\n").replace('"', r'\"')
 
 
 def _number(n: int) -> str:
+    """``floatToGoString(n)``, without its float round trip for the usual small counts."""
     return f"{n}.0" if type(n) is int and 0 <= n < 1_000_000 else floatToGoString(n)
 
 

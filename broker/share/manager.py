@@ -518,7 +518,7 @@ class SharePartitionManager:
         return list(self._leaders.values())
 
     def share_partitions(self, group_id: str | None = None):
-        """(key, SharePartition) of loaded share partitions, for describe and metrics."""
+        """(key, SharePartition) of the loaded share partitions (of ``group_id`` if given)."""
         leaders = self._leaders if group_id is None else self._by_group.get(group_id, {})
         return [(key, leader.sp) for key, leader in leaders.items() if leader.sp is not None]
 

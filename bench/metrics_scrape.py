@@ -20,9 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from broker.broker import Broker  # noqa: E402
-from broker.config import BrokerConfig  # noqa: E402
-from broker.log.memory import MemoryLogStore  # noqa: E402
+from tests.test_share_manager import new_broker  # noqa: E402
 
 FORMATS = {"text": "", "openmetrics": "application/openmetrics-text; version=1.0.0"}
 
@@ -51,9 +49,7 @@ async def worst_loop_wait(work) -> tuple[float, float]:
 
 async def main(groups: int, partitions: int, runs: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        b = Broker(BrokerConfig({"log.dirs": str(Path(tmp) / "data"), "listeners": "PLAINTEXT://127.0.0.1:0",
-                                 "offsets.topic.num.partitions": "2",
-                                 "share.coordinator.state.topic.num.partitions": "2"}), store=MemoryLogStore())
+        b = new_broker(Path(tmp))
         await b.start()
         try:
             topic_id = b.topics.create("t", partitions).topic_id

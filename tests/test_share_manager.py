@@ -59,7 +59,10 @@ async def produce(b: Broker, topic: str, values: list[bytes]) -> None:
 
 
 async def until_parked(b: Broker, n: int = 1) -> None:
+    """Polls (a fetch parking sets no event), for at most 10 s."""
+    deadline = time.monotonic() + 10
     while len(b.waiters) < n:
+        assert time.monotonic() < deadline, f"{len(b.waiters)} of {n} fetch(es) parked"
         await asyncio.sleep(0.001)
 
 

@@ -4,6 +4,10 @@ It is what Kafka keeps in its KRaft metadata log. kshare keeps it in one JSON fi
 directory, replaced atomically on every change and written *before* the logs it describes are
 created (and after they are removed on deletion), so a crash in between leaves logs the
 registry does not know, which start-up removes, rather than a registry entry without logs.
+
+Each topic's JSON text is kept from its last change, so a save joins strings instead of encoding
+every topic again: with thousands of topics, encoding them all made each creation cost tens of
+milliseconds, and creating N topics cost O(N^2).
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ class TopicRegistry:
         self._log_config = log_config
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
+        self._by_collision_key: dict[str, str] = {}  # _collision_key(name) -> name
+        self._entries: dict[str, str] = {}  # name -> the topic's text in the registry file
         self._listeners: list[Callable[[str, Topic | None], None]] = []
         self._load()
 
@@ -94,8 +100,7 @@ class TopicRegistry:
                 with open(self._path, encoding="utf-8") as f:
                     data = json.load(f)
                 for name, t in data.get("topics", {}).items():
-                    topic = Topic(name, uuid_from_str(t["id"]), int(t["partitions"]), dict(t.get("configs", {})))
-                    self._index(topic)
+                    self._put(Topic(name, uuid_from_str(t["id"]), int(t["partitions"]), dict(t.get("configs", {}))))
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise ConfigError(f"{self._path} is damaged ({e!r}); restore it from a backup") from None
         elif any(True for _ in self.store.partitions()):
@@ -120,19 +125,17 @@ class TopicRegistry:
                     f", its data is kept in {kept}" if kept else "")
 
     def _save(self) -> None:
-        data = {
-            "version": 1,
-            "topics": {
-                t.name: {"id": uuid_to_str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
-                for t in sorted(self._by_name.values(), key=lambda t: t.name)
-            },
-        }
-        write_atomically(self._path, json.dumps(data, indent=1).encode(), fsync=True)
+        text = '{"version": 1, "topics": {\n' + ",\n".join(self._entries.values()) + "\n}}\n"
+        write_atomically(self._path, text.encode(), fsync=True)
         fsync_dir(self.data_dir)
 
-    def _index(self, topic: Topic) -> None:
+    def _put(self, topic: Topic) -> None:
+        """Index a new or changed topic and refresh its text for the next save."""
         self._by_name[topic.name] = topic
         self._by_id[topic.topic_id] = topic
+        self._by_collision_key[_collision_key(topic.name)] = topic.name
+        entry = {"id": uuid_to_str(topic.topic_id), "partitions": topic.partitions, "configs": topic.configs}
+        self._entries[topic.name] = f"{json.dumps(topic.name)}: {json.dumps(entry)}"
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -166,13 +169,9 @@ class TopicRegistry:
         validate_topic_name(name)
         if name in self._by_name:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        key = _collision_key(name)
-        for other in self._by_name:
-            if _collision_key(other) == key:
-                raise KafkaError(
-                    ErrorCode.INVALID_TOPIC_EXCEPTION,
-                    f"Topic '{name}' collides with existing topic: {other}",
-                )
+        other = self._by_collision_key.get(_collision_key(name))
+        if other is not None:
+            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
 
     def create(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> Topic:
         """Create a topic (name and configs already validated by the caller)."""
@@ -180,7 +179,7 @@ class TopicRegistry:
         if partitions < 1:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         topic = Topic(name, random_uuid(), partitions, dict(configs or {}))
-        self._index(topic)
+        self._put(topic)
         self._save()
         cfg = self._log_config(topic.configs)
         for p in range(partitions):
@@ -194,6 +193,8 @@ class TopicRegistry:
         if topic is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
         del self._by_id[topic.topic_id]
+        del self._by_collision_key[_collision_key(name)]
+        del self._entries[name]
         self._save()
         for p in range(topic.partitions):
             self.store.delete(name, p)
@@ -210,6 +211,7 @@ class TopicRegistry:
             )
         old = topic.partitions
         topic.partitions = total
+        self._put(topic)
         self._save()
         cfg = self._log_config(topic.configs)
         for p in range(old, total):
@@ -221,6 +223,7 @@ class TopicRegistry:
         """Replace a topic's overrides and apply them to its logs."""
         topic = self._by_name[name]
         topic.configs = dict(configs)
+        self._put(topic)
         self._save()
         self.store.update_config(name, self._log_config(topic.configs))
         self._changed(name)

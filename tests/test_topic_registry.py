@@ -16,10 +16,13 @@ import os
 
 import pytest
 
+from broker import topics as topics_module
 from broker.config import ConfigError
 from broker.log import LogConfig
 from broker.log.file import FileLogStore
 from broker.topics import REGISTRY_FILE, TopicRegistry
+from protocol.errors import ErrorCode, KafkaError
+from protocol.uuids import uuid_to_str
 
 from .test_log_support import append, make_batch
 
@@ -100,3 +103,60 @@ def test_a_missing_or_damaged_registry_stops_the_start_and_touches_nothing(data_
 def partition_dirs(data_dir) -> dict[str, list[str]]:
     return {n: sorted(os.listdir(data_dir / n)) for n in os.listdir(data_dir)
             if (data_dir / n).is_dir() and not n.startswith("__")}
+
+
+def listed(data_dir) -> dict:
+    return json.loads((data_dir / REGISTRY_FILE).read_text())["topics"]
+
+
+def test_the_file_follows_every_kind_of_change_and_reloads_as_it_was(tmp_path):
+    d = tmp_path / "data"
+    registry = open_registry(d)
+    a = registry.create("a", 1, {"retention.ms": "1000"})
+    registry.create("b", 2)
+    registry.add_partitions("a", 3)
+    registry.set_configs("b", {"cleanup.policy": "compact", "segment.bytes": "1048576"})
+    registry.delete("a")
+    registry.create("a", 1)  # recreated: a new id
+    expect = {t.name: {"id": uuid_to_str(t.topic_id), "partitions": t.partitions, "configs": t.configs}
+              for t in registry}
+    assert listed(d) == expect and expect["a"]["id"] != uuid_to_str(a.topic_id)
+    assert expect["b"] == {"id": expect["b"]["id"], "partitions": 2,
+                           "configs": {"cleanup.policy": "compact", "segment.bytes": "1048576"}}
+    close(registry)
+    again = open_registry(d)
+    assert {t.name: (t.topic_id, t.partitions, t.configs) for t in again} == {
+        t.name: (t.topic_id, t.partitions, t.configs) for t in registry}
+    close(again)
+
+
+def test_names_that_differ_only_by_dot_and_underscore_collide_until_one_is_deleted(tmp_path):
+    registry = open_registry(tmp_path / "data")
+    registry.create("a.b", 1)
+    with pytest.raises(KafkaError, match="Topic 'a_b' collides with existing topic: a.b") as e:
+        registry.create("a_b", 1)
+    assert e.value.code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    registry.delete("a.b")
+    registry.create("a_b", 1)
+    with pytest.raises(KafkaError, match="collides with existing topic: a_b"):
+        registry.check_new_name("a.b")
+    close(registry)
+    reloaded = open_registry(tmp_path / "data")  # the index is rebuilt from the file
+    with pytest.raises(KafkaError, match="collides with existing topic: a_b"):
+        reloaded.check_new_name("a.b")
+    close(reloaded)
+
+
+def test_a_change_encodes_only_the_topic_it_changes(tmp_path, monkeypatch):
+    """With thousands of topics, encoding every one at each save made creating N topics O(N^2)."""
+    registry = open_registry(tmp_path / "data")
+    for i in range(50):
+        registry.create(f"t{i}", 1)
+    encoded = []
+    real = topics_module.json.dumps
+    monkeypatch.setattr(topics_module.json, "dumps", lambda obj, **kw: encoded.append(obj) or real(obj, **kw))
+    registry.create("new", 1)
+    registry.set_configs("t7", {"retention.ms": "5"})
+    assert {o for o in encoded if isinstance(o, str)} == {"new", "t7"}
+    assert len(listed(tmp_path / "data")) == 51
+    close(registry)

@@ -16,7 +16,7 @@ from broker.log.memory import MemoryLogStore
 from broker.log.store import KafkaStorageError
 from broker.topics import TopicRegistry
 from coordinator.group.config_store import FILE_NAME, GroupConfigStore
-from coordinator.group.runtime import GroupCoordinatorRuntime, group_broker_properties
+from coordinator.group.runtime import GroupCoordinatorRuntime, RegistryTopics, group_broker_properties
 from protocol.errors import ErrorCode
 
 HOST = "/127.0.0.1"
@@ -204,6 +204,42 @@ async def test_topic_changes_bump_the_epoch_and_grow_the_assignment(tmp_path):
     # the metadata-change records went through _persist too, in order with the heartbeats
     kinds = [type(batch[0][0]).__name__ for batch in runtime.persisted]
     assert kinds.count("ShareGroupMetadataKey") == 2
+
+
+TOPIC_OPS = st.lists(st.tuples(st.sampled_from(["create", "delete", "grow"]), st.sampled_from(["a", "b", "c"])),
+                     max_size=30)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=TOPIC_OPS)
+def test_the_coordinators_topic_view_follows_the_registry_change_by_change(tmp_path_factory, ops):
+    """RegistryTopics keeps its lookups up to date one change at a time: after any sequence of
+    creations, deletions and growths its snapshot is what the registry holds, and an earlier
+    snapshot stays as it was."""
+    topics = registry(tmp_path_factory.mktemp("view"))
+    topics.create("a", 1)
+    view = RegistryTopics(topics)
+    topics.on_change(view.changed)
+    ids = {topics.get("a").topic_id}
+
+    def image() -> dict:
+        return {t.name: (t.topic_id, t.num_partitions) for t in view.snapshot()}
+
+    for op, name in ops:
+        before, kept = image(), view.snapshot()
+        exists = topics.get(name) is not None
+        if op == "create" and not exists:
+            ids.add(topics.create(name, 1).topic_id)
+        elif op == "delete" and exists:
+            topics.delete(name)
+        elif op == "grow" and exists:
+            topics.add_partitions(name, topics.get(name).partitions + 1)
+        now = view.snapshot()
+        assert image() == {t.name: (t.topic_id, t.partitions) for t in topics}
+        assert {i: getattr(now.topic_by_id(i), "name", None) for i in ids} == {
+            i: getattr(topics.by_id(i), "name", None) for i in ids}
+        assert {t.name: (t.topic_id, t.num_partitions) for t in kept} == before
+        assert all(kept.topic_by_name(n).topic_id == tid for n, (tid, _) in before.items())
 
 
 async def test_writes_are_persisted_in_the_order_they_were_made(tmp_path):

@@ -123,13 +123,30 @@ def group_broker_properties(static: Mapping[str, str], dynamic_default: Mapping[
 
 class RegistryTopics:
     """Adapts the broker's TopicRegistry to the coordinator's ``TopicLookup``: an immutable
-    snapshot, so one coordinator operation never sees a topic change half-way."""
+    snapshot, so one coordinator operation never sees a topic change half-way.
+
+    It follows the registry one change at a time (``changed``) and a snapshot copies its two
+    dicts: rebuilding every TopicInfo at each change made creating N topics O(N^2)."""
 
     def __init__(self, registry: TopicRegistry) -> None:
-        self._registry = registry
+        self._by_name: dict[str, TopicInfo] = {}
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._image: TopicsImage | None = None
+        for t in registry:
+            self.changed(t.name, t)
+
+    def changed(self, name: str, topic: Topic | None) -> None:
+        old = self._by_name.pop(name, None)
+        if old is not None:
+            del self._by_id[old.topic_id]
+        if topic is not None:
+            self._by_name[name] = self._by_id[topic.topic_id] = TopicInfo(topic.topic_id, name, topic.partitions)
+        self._image = None
 
     def snapshot(self) -> TopicsImage:
-        return TopicsImage(TopicInfo(t.topic_id, t.name, t.partitions) for t in self._registry)
+        if self._image is None:
+            self._image = TopicsImage.of(self._by_name, self._by_id)
+        return self._image
 
 
 class ShardState(enum.Enum):
@@ -925,6 +942,7 @@ class GroupCoordinatorRuntime:
     # ------------------------------------------------------------------ topics
 
     def _topic_changed(self, name: str, topic: Topic | None) -> None:
+        self._topics.changed(name, topic)
         if self._stopped:
             return
         snapshot = self._topics.snapshot()

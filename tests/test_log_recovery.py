@@ -288,7 +288,7 @@ def test_delete_removes_the_directory_and_leftovers_are_cleaned(tmp_path):
     store = open_file_store(tmp_path)
     fill(store.create("gone", 0, TOPIC_ID, None), 3)
     fill(store.create("kept", 0, TOPIC_ID, None), 3)
-    store.delete("gone", 0)
+    store.delete([("gone", 0)])
     assert not (tmp_path / "gone-0").exists()
     assert not [n for n in os.listdir(tmp_path) if n.endswith("-delete")]
     # a deletion interrupted by a crash leaves a *-delete directory: removed at start-up
@@ -301,6 +301,24 @@ def test_delete_removes_the_directory_and_leftovers_are_cleaned(tmp_path):
     assert not half.exists()
     assert [(lg.topic, lg.partition) for lg in store.partitions()] == [("kept", 0)]
     assert store.get("kept", 0).end_offset == 6
+    close(store)
+
+
+def test_deleting_many_partitions_rewrites_the_checkpoints_once(tmp_path, monkeypatch):
+    """The checkpoints list every partition: rewriting them per deleted partition made deleting
+    hundreds of topics O(partitions^2)."""
+    store = open_file_store(tmp_path)
+    for topic in ("a", "b", "kept"):
+        for p in range(3):
+            fill(store.create(topic, p, TOPIC_ID, None), 2)
+    writes = []
+    real = store._write_checkpoints
+    monkeypatch.setattr(store, "_write_checkpoints", lambda **kw: writes.append(kw) or real(**kw))
+    store.delete((t, p) for t in ("a", "b") for p in range(3))
+    assert len(writes) == 1
+    assert sorted(n for n in os.listdir(tmp_path) if n[0] in "abk" and "-" in n) == ["kept-0", "kept-1", "kept-2"]
+    listed = (tmp_path / RECOVERY_POINT_CHECKPOINT).read_text().split("\n")
+    assert listed[1] == "3" and sorted(line.split()[0] for line in listed[2:5]) == ["kept"] * 3
     close(store)
 
 

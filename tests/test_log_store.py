@@ -357,7 +357,7 @@ def test_store_create_get_delete(make_store):
         ("my.topic_name-x", 0),
     }
     append(b, make_batch(1))
-    store.delete("my.topic_name-x", 0)
+    store.delete([("my.topic_name-x", 0)])
     assert store.get("my.topic_name-x", 0) is None
     b2 = store.create("my.topic_name-x", 0, TOPIC_ID, None)
     assert b2.end_offset == 0

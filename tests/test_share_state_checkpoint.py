@@ -304,7 +304,7 @@ def test_a_checkpoint_of_a_log_that_was_cut_and_written_again_falls_back(tmp_pat
 def test_a_checkpoint_of_another_topic_id_falls_back_and_deletion_takes_the_checkpoint_along(tmp_path, caplog):
     part = written(tmp_path)
     saved = part.file.read_bytes()
-    part.store.delete(TOPIC, 0)  # the state topic deleted: its checkpoint goes with its directory
+    part.store.delete([(TOPIC, 0)])  # the state topic deleted: its checkpoint goes with its directory
     assert not part.file.exists()
     part = Partition(tmp_path, topic_id=uuid.UUID(int=0xBEEF))  # created again: a new id
     apply_ops(part.service, HISTORY)

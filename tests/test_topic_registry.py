@@ -160,3 +160,23 @@ def test_a_change_encodes_only_the_topic_it_changes(tmp_path, monkeypatch):
     assert {o for o in encoded if isinstance(o, str)} == {"new", "t7"}
     assert len(listed(tmp_path / "data")) == 51
     close(registry)
+
+
+def test_deleting_several_topics_saves_once_and_an_unknown_name_changes_nothing(tmp_path, monkeypatch):
+    d = tmp_path / "data"
+    registry = open_registry(d)
+    for name in ("a", "b", "c"):
+        registry.create(name, 2)
+    with pytest.raises(KafkaError) as e:
+        registry.delete_many(["a", "nope"])
+    assert e.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert sorted(listed(d)) == ["a", "b", "c"] and registry.store.get("a", 1) is not None
+    saves, changes = [], []
+    real = registry._save
+    monkeypatch.setattr(registry, "_save", lambda: saves.append(1) or real())
+    registry.on_change(lambda name, topic: changes.append((name, topic)))
+    assert [t.name for t in registry.delete_many(["a", "c", "a"])] == ["a", "c"]
+    assert len(saves) == 1 and changes == [("a", None), ("c", None)]
+    assert list(listed(d)) == ["b"] and registry.get("a") is None and registry.get("c") is None
+    assert sorted((lg.topic, lg.partition) for lg in registry.store.partitions()) == [("b", 0), ("b", 1)]
+    close(registry)

@@ -64,15 +64,16 @@ class MemoryLogStore:
     def get(self, topic: str, partition: int) -> Log | None:
         return self._logs.get((topic, partition))
 
-    def delete(self, topic: str, partition: int) -> None:
-        lg = self._logs.pop((topic, partition), None)
-        if lg is not None:
-            lg.close()
-            for seg in lg.segments:
-                seg.data.delete()
+    def delete(self, partitions: Iterable[tuple[str, int]]) -> None:
+        for key in partitions:
+            lg = self._logs.pop(key, None)
+            if lg is not None:
+                lg.close()
+                for seg in lg.segments:
+                    seg.data.delete()
 
     def mark_stray(self, topic: str, partition: int) -> str | None:
-        self.delete(topic, partition)  # nothing outlives the process to keep
+        self.delete([(topic, partition)])  # nothing outlives the process to keep
         return None
 
     def partitions(self) -> Iterable[Log]:

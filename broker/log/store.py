@@ -164,7 +164,9 @@ class LogStore(Protocol):
 
     def get(self, topic: str, partition: int) -> PartitionLog | None: ...
 
-    def delete(self, topic: str, partition: int) -> None: ...
+    def delete(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Close and remove these (topic, partition) logs: a topic's, or several topics'."""
+        ...
 
     def mark_stray(self, topic: str, partition: int) -> str | None:
         """Stop serving a partition that belongs to no known topic but keep its data (Kafka's

@@ -379,3 +379,30 @@ async def test_close_flushes_a_bounded_number_of_logs_at_once(tmp_path):
     await closing
     assert rounds == [FINAL_FLUSHES_AT_ONCE] * 3
     assert (tmp_path / ".kafka_cleanshutdown").exists()
+
+
+async def test_a_retention_pass_writes_the_start_offset_checkpoint_once(tmp_path, monkeypatch):
+    """That checkpoint lists every partition: writing it per moved start made a pass over
+    thousands of partitions O(partitions^2). A start moved outside a pass (DeleteRecords) is
+    still written at once."""
+    clock = FakeClock(1_000_000)
+    store = FileLogStore(str(tmp_path), default_config=LogConfig(segment_bytes=1, retention_ms=1000),
+                         clock_ms=clock, fsync=CountingFsync(), retention_check_interval_ms=500)
+    logs = [store.create(f"t{i}", 0, TOPIC_ID, None) for i in range(4)]
+    for lg in logs:
+        for _ in range(3):
+            append(lg, make_batch(1, ts=1000))
+    logs[0].delete_records_before(1)  # listed: a start inside the first segment
+    checkpoint = tmp_path / "log-start-offset-checkpoint"
+    assert checkpoint.read_text() == "0\n1\nt0 0 1\n"
+    writes = []
+    real = store._write_start_offsets
+    monkeypatch.setattr(store, "_write_start_offsets", lambda **kw: writes.append(kw) or real(**kw))
+    await store.maintenance.run_once(clock.now)  # arms the timers
+    clock.now += 500
+    await store.maintenance.run_once(clock.now)
+    assert [lg.start_offset for lg in logs] == [2] * 4 and len(writes) == 1
+    assert checkpoint.read_text() == "0\n0\n"  # every start is a segment base now
+    logs[1].delete_records_before(3)
+    assert len(writes) == 2 and checkpoint.read_text() == "0\n1\nt1 0 3\n"
+    await store.close()

@@ -20,12 +20,13 @@ truncated and later segments dropped. With the marker, files are trusted and ind
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
 import shutil
 import uuid
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from .checkpoint import (
     CLEAN_SHUTDOWN_MARKER,
@@ -94,11 +95,13 @@ class FileLogStore:
         self._executor = executor
         self._logs: dict[tuple[str, int], Log] = {}
         self._closed = False
+        self._start_offsets_deferred = self._start_offsets_stale = False
         self.was_clean = False
         self.maintenance = Maintenance(
             self.partitions,
             clock_ms=clock_ms,
             checkpoint=self.checkpoint,
+            retention_pass=self._one_start_offsets_write,
             retention_check_interval_ms=retention_check_interval_ms,
             checkpoint_interval_ms=checkpoint_interval_ms,
         )
@@ -397,7 +400,25 @@ class FileLogStore:
     # -- checkpoints, background work, shutdown ------------------------------------------------
 
     def _start_offset_changed(self, _log: Log) -> None:
-        self._write_start_offsets(fsync=False)
+        if self._start_offsets_deferred:
+            self._start_offsets_stale = True
+        else:
+            self._write_start_offsets(fsync=False)
+
+    @contextlib.contextmanager
+    def _one_start_offsets_write(self) -> Iterator[None]:
+        """Write the start-offset checkpoint (which lists every partition) once for a retention
+        pass: once per moved start made a pass over thousands of partitions O(partitions^2).
+
+        Retention moves a start to a segment's base, which the checkpoint does not list, so a
+        crash before the write only leaves an entry below the new base, which loading ignores."""
+        self._start_offsets_deferred, self._start_offsets_stale = True, False
+        try:
+            yield
+        finally:
+            self._start_offsets_deferred = False
+            if self._start_offsets_stale:
+                self._write_start_offsets(fsync=False)
 
     def _write_start_offsets(self, *, fsync: bool) -> None:
         offsets = {

@@ -13,8 +13,9 @@ checkpoint writes. ``run_once(now_ms)`` is the whole step, so tests drive it wit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from typing import Awaitable, Callable, Iterable
+from typing import Awaitable, Callable, ContextManager, Iterable
 
 from .store import KafkaStorageError
 
@@ -93,6 +94,7 @@ class Maintenance:
         *,
         clock_ms: Callable[[], int],
         checkpoint: Callable[[], Awaitable[None]] | None = None,
+        retention_pass: Callable[[], ContextManager[None]] = contextlib.nullcontext,
         retention_check_interval_ms: int = 300_000,
         checkpoint_interval_ms: int = 60_000,
         tick_ms: int = 1_000,
@@ -100,6 +102,7 @@ class Maintenance:
         self._logs = logs
         self._clock_ms = clock_ms
         self._checkpoint = checkpoint
+        self._retention_pass = retention_pass
         self.retention_check_interval_ms = retention_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
         self.tick_ms = tick_ms
@@ -119,11 +122,12 @@ class Maintenance:
             self._next_retention = now_ms + self.retention_check_interval_ms
         elif now_ms >= self._next_retention:
             self._next_retention = now_ms + self.retention_check_interval_ms
-            for lg in list(self._logs()):
-                try:
-                    lg.apply_retention(now_ms)
-                except Exception:  # one bad log must not stop retention for the others
-                    log.exception("retention of %s-%d failed", lg.topic, lg.partition)
+            with self._retention_pass():
+                for lg in list(self._logs()):
+                    try:
+                        lg.apply_retention(now_ms)
+                    except Exception:  # one bad log must not stop retention for the others
+                        log.exception("retention of %s-%d failed", lg.topic, lg.partition)
         if self._checkpoint is not None:
             if self._next_checkpoint is None:
                 self._next_checkpoint = now_ms + self.checkpoint_interval_ms

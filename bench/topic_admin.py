@@ -1,0 +1,79 @@
+"""Creating and deleting thousands of topics: what AdminClient waits for, batch by batch.
+
+Against a broker subprocess, confluent-kafka's AdminClient creates ``--topics`` one-partition
+topics in CreateTopics requests of ``--batch`` topics, then the broker is stopped (SIGTERM) and
+started again, then every topic is deleted in DeleteTopics requests of ``--batch``. Reported:
+the total of each phase, the last batch of each (the cost per topic once the broker holds them
+all: a cost that grows with the number of topics shows here), and the stop and start times.
+
+    .venv/bin/python bench/topic_admin.py [--topics 5000] [--batch 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.broker_process import BrokerProcess  # noqa: E402
+
+
+def batches(names: list[str], size: int):
+    for i in range(0, len(names), size):
+        yield names[i:i + size]
+
+
+def timed_batches(admin: AdminClient, names: list[str], size: int, create: bool) -> list[float]:
+    """Seconds per request, each waited for in full (every topic's future)."""
+    out = []
+    for chunk in batches(names, size):
+        t0 = time.perf_counter()
+        if create:
+            futures = admin.create_topics([NewTopic(n, 1, 1) for n in chunk], request_timeout=600)
+        else:
+            futures = admin.delete_topics(chunk, request_timeout=600, operation_timeout=600)
+        for f in futures.values():
+            f.result()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--topics", type=int, default=5000)
+    ap.add_argument("--batch", type=int, default=500)
+    args = ap.parse_args()
+    names = [f"bench-topic-{i}" for i in range(args.topics)]
+    with tempfile.TemporaryDirectory(prefix="kshare-topic-admin-") as tmp:
+        broker = BrokerProcess(Path(tmp) / "data", log_level="WARNING").start()
+        try:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            created = timed_batches(admin, names, args.batch, create=True)
+            del admin  # (its handle would retry the stopped broker, loudly)
+            t0 = time.perf_counter()
+            broker.stop(timeout_s=600)
+            stop_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            broker.start(timeout_s=600)
+            start_s = time.perf_counter() - t0
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            deleted = timed_batches(admin, names, args.batch, create=False)
+        finally:
+            broker.stop(timeout_s=600)
+    last = args.topics - (len(created) - 1) * args.batch
+    print(f"topics {args.topics}, batches of {args.batch}")
+    print(f"create: total {sum(created):.2f} s, last batch {created[-1]:.2f} s ({created[-1] / last * 1000:.2f} ms/topic)")
+    print(f"stop with {args.topics} topics: {stop_s:.2f} s; start: {start_s:.2f} s")
+    print(f"delete: total {sum(deleted):.2f} s, first batch {deleted[0]:.2f} s "
+          f"({deleted[0] / min(args.batch, args.topics) * 1000:.2f} ms/topic)")
+
+
+if __name__ == "__main__":
+    main()

@@ -195,8 +195,9 @@ class TopicRegistry:
         """Delete existing topics with one registry save and one store deletion for them all
         (a DeleteTopics of hundreds of topics); raises before any change if one is unknown."""
         names = list(dict.fromkeys(names))
-        unknown = [n for n in names if n not in self._by_name]
-        if unknown:
+        if not names:
+            return []
+        if any(n not in self._by_name for n in names):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
         topics = [self._by_name.pop(name) for name in names]
         for topic in topics:

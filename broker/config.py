@@ -290,6 +290,7 @@ class BrokerConfig:
         self.dynamic: dict[str, str] = {}
         self.dynamic_default: dict[str, str] = {}
         self._values: dict[str, Any] = {}
+        self._raw: dict[str, str] | None = None  # raw_properties, until the values change
         self._listeners: list[Callable[[set[str]], None]] = []
         self._load_dynamic()
         self._resolve()
@@ -300,6 +301,7 @@ class BrokerConfig:
             raw = self.dynamic.get(name, self.dynamic_default.get(name, self.static.get(name)))
             values[name] = d.default if raw is None else d.parse(raw)
         self._values = values
+        self._raw = None
 
     def __getitem__(self, name: str) -> Any:
         if name in self._values:
@@ -321,15 +323,20 @@ class BrokerConfig:
         return 5
 
     def raw_properties(self) -> dict[str, str]:
-        """Every known property as the string Kafka would show (for LogConfig and friends)."""
-        out = {}
-        for name, d in DEFS.items():
-            rendered = d.render(self._values.get(name))
-            if rendered is not None:
-                out[name] = rendered
-        for name, value in self.static.items():
-            out.setdefault(name, value)
-        return out
+        """Every known property as the string Kafka would show (for LogConfig and friends).
+
+        Rendered once per change of the values and copied: each topic's LogConfig starts from
+        it, and rendering every property took most of a topic's load at start-up."""
+        if self._raw is None:
+            out = {}
+            for name, d in DEFS.items():
+                rendered = d.render(self._values.get(name))
+                if rendered is not None:
+                    out[name] = rendered
+            for name, value in self.static.items():
+                out.setdefault(name, value)
+            self._raw = out
+        return dict(self._raw)
 
     def set_dynamic(self, changes: Mapping[str, str | None], *, cluster_default: bool = False) -> None:
         """Apply dynamic changes (None deletes one); validates everything before changing anything.

@@ -150,3 +150,16 @@ def test_dynamic_broker_configs_persist(tmp_path):
     data["broker"]["num.partitions"] = "zero"
     path.write_text(json.dumps(data))
     assert BrokerConfig({"log.dirs": str(tmp_path)})["num.partitions"] == 3
+
+
+def test_raw_properties_follow_dynamic_changes_and_callers_get_their_own_copy(tmp_path):
+    """They are rendered once per change of the values (each topic's LogConfig starts from them)."""
+    config = BrokerConfig({"log.dirs": str(tmp_path), "log.retention.ms": "1000"})
+    first = config.raw_properties()
+    assert first["log.retention.ms"] == "1000"
+    first["log.retention.ms"] = "mine"
+    assert config.raw_properties()["log.retention.ms"] == "1000"
+    config.set_dynamic({"log.retention.ms": "2000"})
+    assert config.raw_properties()["log.retention.ms"] == "2000"
+    config.set_dynamic({"log.retention.ms": None})
+    assert config.raw_properties()["log.retention.ms"] == "1000"

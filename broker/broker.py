@@ -87,8 +87,8 @@ class Broker:
         if self.share_sessions.get(group_id, member_id) is None:
             self.share_manager.release_soon(group_id, member_id)
 
-    def _share_topic_changed(self, name: str, topic: Topic | None) -> None:
-        if topic is None:  # (the listener is not told the deleted topic's id)
+    def _share_topic_changed(self, changes: list[tuple[str, Topic | None]]) -> None:
+        if any(topic is None for _, topic in changes):  # (the listener is not told the deleted ids)
             gone = {key[1] for key, _ in self.share_manager.share_partitions() if self.topics.by_id(key[1]) is None}
             for topic_id in gone:
                 self.share_manager.forget_topic(topic_id)

@@ -403,13 +403,14 @@ class Partitions:
                 else:
                     del self._waiting[k]
 
-    def topic_changed(self, name: str, topic: Topic | None) -> None:
-        """TopicRegistry listener: a deleted topic drops its producer state and wakes its polls."""
-        if topic is not None:
+    def topic_changed(self, changes: list[tuple[str, Topic | None]]) -> None:
+        """TopicRegistry listener: deleted topics drop their producer state and wake their polls."""
+        deleted = {name for name, topic in changes if topic is None}
+        if not deleted:
             return
-        for key in [k for k in self._producers if k[0] == name]:
+        for key in [k for k in self._producers if k[0] in deleted]:
             del self._producers[key]
-        for key in [k for k in self._waiting if k[0] == name]:
+        for key in [k for k in self._waiting if k[0] in deleted]:
             self.waiters.notify(key)
 
     def waiting(self, key: tuple) -> int:

@@ -82,7 +82,7 @@ class TopicRegistry:
         self._by_id: dict[uuid.UUID, Topic] = {}
         self._by_collision_key: dict[str, str] = {}  # _collision_key(name) -> name
         self._entries: dict[str, str] = {}  # name -> the topic's text in the registry file
-        self._listeners: list[Callable[[str, Topic | None], None]] = []
+        self._listeners: list[Callable[[list[tuple[str, Topic | None]]], None]] = []
         self._load()
 
     # --- persistence --------------------------------------------------------------------------
@@ -154,14 +154,16 @@ class TopicRegistry:
     def log_config(self, topic: Topic) -> LogConfig:
         return self._log_config(topic.configs)
 
-    def on_change(self, listener: Callable[[str, Topic | None], None]) -> None:
-        """``listener(name, topic_or_None_if_deleted)`` after every create/delete/grow/alter."""
+    def on_change(self, listener: Callable[[list[tuple[str, Topic | None]]], None]) -> None:
+        """``listener([(name, topic or None if deleted), ...])`` after every create, grow or
+        alter (one topic) and deletion (all the topics of one DeleteTopics: a listener that
+        writes group records or scans share partitions does it once, not once per topic)."""
         self._listeners.append(listener)
 
-    def _changed(self, name: str) -> None:
-        topic = self._by_name.get(name)
+    def _changed(self, *names: str) -> None:
+        changes = [(name, self._by_name.get(name)) for name in names]
         for listener in self._listeners:
-            listener(name, topic)
+            listener(changes)
 
     # --- changes ------------------------------------------------------------------------------
 
@@ -208,7 +210,7 @@ class TopicRegistry:
         self.store.delete((t.name, p) for t in topics for p in range(t.partitions))
         for topic in topics:
             log.info("deleted topic %s", topic.name)
-            self._changed(topic.name)
+        self._changed(*(t.name for t in topics))
         return topics
 
     def add_partitions(self, name: str, total: int) -> Topic:

@@ -206,6 +206,24 @@ async def test_topic_changes_bump_the_epoch_and_grow_the_assignment(tmp_path):
     assert kinds.count("ShareGroupMetadataKey") == 2
 
 
+async def test_topics_deleted_by_one_request_are_one_metadata_change(tmp_path):
+    """A DeleteTopics of many topics reaches the coordinator as one change: one new group epoch
+    and one metadata record per group, not one per topic (with thousands of topics per group
+    each record lists them all)."""
+    runtime, topics, _, _ = make(tmp_path)
+    created = [topics.create(name, 1) for name in ("a", "b", "c", "d")]
+    joined = await hb(runtime, A, 0, ["a", "b", "c", "d"])
+    assert all(parts(joined, t) == [0] for t in created)
+    before = len(runtime.persisted)
+    topics.delete_many(["a", "b", "c"])
+    after = await hb(runtime, A, joined.member_epoch)
+    assert after.member_epoch == joined.member_epoch + 1
+    assert parts(after, created[3]) == [0] and all(parts(after, t) == [] for t in created[:3])
+    await runtime.stop()
+    kinds = [type(r[0]).__name__ for batch in runtime.persisted[before:] for r in batch]
+    assert kinds.count("ShareGroupMetadataKey") == 1
+
+
 TOPIC_OPS = st.lists(st.tuples(st.sampled_from(["create", "delete", "grow"]), st.sampled_from(["a", "b", "c"])),
                      max_size=30)
 

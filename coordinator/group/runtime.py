@@ -132,15 +132,16 @@ class RegistryTopics:
         self._by_name: dict[str, TopicInfo] = {}
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._image: TopicsImage | None = None
-        for t in registry:
-            self.changed(t.name, t)
+        self.changed([(t.name, t) for t in registry])
 
-    def changed(self, name: str, topic: Topic | None) -> None:
-        old = self._by_name.pop(name, None)
-        if old is not None:
-            del self._by_id[old.topic_id]
-        if topic is not None:
-            self._by_name[name] = self._by_id[topic.topic_id] = TopicInfo(topic.topic_id, name, topic.partitions)
+    def changed(self, changes: list[tuple[str, Topic | None]]) -> None:
+        """A TopicRegistry change: [(name, topic or None if deleted)]."""
+        for name, topic in changes:
+            old = self._by_name.pop(name, None)
+            if old is not None:
+                del self._by_id[old.topic_id]
+            if topic is not None:
+                self._by_name[name] = self._by_id[topic.topic_id] = TopicInfo(topic.topic_id, name, topic.partitions)
         self._image = None
 
     def snapshot(self) -> TopicsImage:
@@ -941,8 +942,8 @@ class GroupCoordinatorRuntime:
 
     # ------------------------------------------------------------------ topics
 
-    def _topic_changed(self, name: str, topic: Topic | None) -> None:
-        self._topics.changed(name, topic)
+    def _topic_changed(self, changes: list[tuple[str, Topic | None]]) -> None:
+        self._topics.changed(changes)
         if self._stopped:
             return
         snapshot = self._topics.snapshot()

@@ -150,23 +150,25 @@ class ShareCoordinatorRuntime:
 
     # --- deleted topics -------------------------------------------------------------------------
 
-    def _topic_changed(self, name: str, topic) -> None:
-        if topic is not None:
-            self._topic_ids[name] = topic.topic_id
+    def _topic_changed(self, changes) -> None:
+        gone = []
+        for name, topic in changes:
+            if topic is not None:
+                self._topic_ids[name] = topic.topic_id
+            elif (topic_id := self._topic_ids.pop(name, None)) is not None:
+                gone.append(topic_id)
+        if not gone or not self.service.active:
             return
-        topic_id = self._topic_ids.pop(name, None)
-        if topic_id is None or not self.service.active:
-            return
-        task = asyncio.get_running_loop().create_task(self.forget_topic(topic_id))
+        task = asyncio.get_running_loop().create_task(self.forget_topics(gone))
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
 
-    async def forget_topic(self, topic_id) -> None:
-        """Tombstone every key of a deleted topic in the partitions served now."""
+    async def forget_topics(self, topic_ids) -> None:
+        """Tombstone every key of deleted topics in the partitions served now."""
         writes = []
         for p, shard in list(self.service.shards.items()):
             if self.service.serving(p):
-                records = shard.tombstones_for_topics([topic_id])
+                records = shard.tombstones_for_topics(topic_ids)
                 for i in range(0, len(records), SNAPSHOTS_PER_BATCH):
                     writes.append(self.service.write_records(p, records[i:i + SNAPSHOTS_PER_BATCH]))
         for r in await asyncio.gather(*writes, return_exceptions=True):

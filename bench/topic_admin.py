@@ -6,7 +6,11 @@ started again, then every topic is deleted in DeleteTopics requests of ``--batch
 the total of each phase, the last batch of each (the cost per topic once the broker holds them
 all: a cost that grows with the number of topics shows here), and the stop and start times.
 
-    .venv/bin/python bench/topic_admin.py [--topics 5000] [--batch 500]
+With ``--share``, before the restart one record goes to every topic and a share group of two
+ShareConsumers subscribed to all the topics receives them all, so the deletions also remove
+that group's share state (its ShareGroupStatePartitionMetadata lists every topic).
+
+    .venv/bin/python bench/topic_admin.py [--topics 5000] [--batch 500] [--share]
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka import Producer, ShareConsumer  # noqa: E402
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic  # noqa: E402
+from confluent_kafka.admin import ResourceType  # noqa: E402
 
 from tests.broker_process import BrokerProcess  # noqa: E402
 
@@ -45,10 +51,37 @@ def timed_batches(admin: AdminClient, names: list[str], size: int, create: bool)
     return out
 
 
+def share_everything(bootstrap: str, admin: AdminClient, names: list[str]) -> float:
+    """One record per topic, received by a share group subscribed to every topic; seconds taken."""
+    group = "bench-share-group"
+    reset = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
+    for f in admin.incremental_alter_configs([ConfigResource(ResourceType.GROUP, group,
+                                                             incremental_configs=[reset])]).values():
+        f.result()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for n in names:
+        producer.produce(n, b"v")
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    t0 = time.perf_counter()
+    consumers = [ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group}) for _ in range(2)]
+    for c in consumers:
+        c.subscribe(names)
+    got, deadline = 0, time.monotonic() + 300
+    while got < len(names):
+        assert time.monotonic() < deadline, f"the share group received {got} of {len(names)} records"
+        for c in consumers:
+            got += sum(1 for m in c.poll(0.2) if m.error() is None)
+    for c in consumers:
+        c.close()
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topics", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--share", action="store_true", help="give a share group state on every topic first")
     args = ap.parse_args()
     names = [f"bench-topic-{i}" for i in range(args.topics)]
     with tempfile.TemporaryDirectory(prefix="kshare-topic-admin-") as tmp:
@@ -56,6 +89,7 @@ def main() -> None:
         try:
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
             created = timed_batches(admin, names, args.batch, create=True)
+            shared_s = share_everything(broker.bootstrap, admin, names) if args.share else None
             del admin  # (its handle would retry the stopped broker, loudly)
             t0 = time.perf_counter()
             broker.stop(timeout_s=600)
@@ -70,6 +104,8 @@ def main() -> None:
     last = args.topics - (len(created) - 1) * args.batch
     print(f"topics {args.topics}, batches of {args.batch}")
     print(f"create: total {sum(created):.2f} s, last batch {created[-1]:.2f} s ({created[-1] / last * 1000:.2f} ms/topic)")
+    if shared_s is not None:
+        print(f"a share group received one record from each topic in {shared_s:.2f} s")
     print(f"stop with {args.topics} topics: {stop_s:.2f} s; start: {start_s:.2f} s")
     print(f"delete: total {sum(deleted):.2f} s, first batch {deleted[0]:.2f} s "
           f"({deleted[0] / min(args.batch, args.topics) * 1000:.2f} ms/topic)")

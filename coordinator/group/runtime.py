@@ -125,8 +125,8 @@ class RegistryTopics:
     """Adapts the broker's TopicRegistry to the coordinator's ``TopicLookup``: an immutable
     snapshot, so one coordinator operation never sees a topic change half-way.
 
-    It follows the registry one change at a time (``changed``) and a snapshot copies its two
-    dicts: rebuilding every TopicInfo at each change made creating N topics O(N^2)."""
+    It applies the registry's changes to its two lookups (``changed``) and a snapshot copies
+    them: rebuilding every TopicInfo at each change made creating N topics O(N^2)."""
 
     def __init__(self, registry: TopicRegistry) -> None:
         self._by_name: dict[str, TopicInfo] = {}

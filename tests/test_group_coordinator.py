@@ -3,6 +3,8 @@
 import uuid
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from coordinator.group import records as rec
 from coordinator.group.share_group import ReplayError, ShareGroupCoordinator
@@ -316,6 +318,53 @@ def test_partition_increase_and_topic_deletion():
     assert records[0].value.epoch == 3
     r = hb(c, MEMBER_A, 2)
     assert r.assignment == [(ORDERS.topic_id, list(range(8)))]
+
+
+NAMES = ["a", "b", "c", "d"]
+CHANGES = st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(["create", "delete", "grow", "recreate"])),
+                   min_size=1, max_size=12)
+GROUPS = st.lists(st.tuples(st.sets(st.sampled_from(NAMES), max_size=3), st.sets(st.sampled_from(NAMES), max_size=3)),
+                  min_size=1, max_size=5)
+
+
+@settings(max_examples=150, deadline=None)
+@given(groups=GROUPS, changes=CHANGES)
+def test_a_metadata_change_with_the_changed_names_looks_only_at_groups_it_affects(groups, changes):
+    """Told which topics changed, a coordinator writes the records it would write looking at
+    every group, and ends in the same state. Each group subscribes to some topics and holds
+    share-state metadata for others (initializing, initialized and deleting)."""
+    ids = {n: uuid.UUID(int=i + 1) for i, n in enumerate(NAMES)}
+    sizes = {"a": 2, "b": 1, "c": 3}
+
+    def image():
+        return TopicsImage(TopicInfo(ids[n], n, p) for n, p in sizes.items())
+
+    told, looked = ShareGroupCoordinator(image()), ShareGroupCoordinator(image())
+    for i, (subscribed, with_state) in enumerate(groups):
+        group = f"g{i}"
+        for c in (told, looked):
+            if subscribed:
+                assert hb(c, MEMBER_A, 0, sorted(subscribed), group=group).error_code == 0
+            if with_state:
+                state = sorted(with_state)
+                c.replay(rec.state_partition_metadata(
+                    group, {ids[n]: (n, [0]) for n in state[:1]}, {ids[n]: (n, [0, 1]) for n in state[1:2]},
+                    {ids[n]: n for n in state[2:]}))
+    for name, change in changes:
+        if change == "delete":
+            sizes.pop(name, None)
+        elif change == "create" and name not in sizes:
+            ids[name] = uuid.uuid4()
+            sizes[name] = 1
+        elif change == "grow" and name in sizes:
+            sizes[name] += 1
+        elif change == "recreate":
+            ids[name] = uuid.uuid4()
+            sizes[name] = 1
+        assert told.on_metadata_change(image(), [name]) == looked.on_metadata_change(image())
+        assert told.snapshot() == looked.snapshot()
+    assert told.groups_subscribed_to(["a", "b"]) == [
+        f"g{i}" for i, (subscribed, _) in enumerate(groups) if subscribed & {"a", "b"}]
 
 
 def test_topic_recreated_with_new_id():

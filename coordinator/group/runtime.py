@@ -947,11 +947,12 @@ class GroupCoordinatorRuntime:
         if self._stopped:
             return
         snapshot = self._topics.snapshot()
+        names = [name for name, _ in changes]
         for shard in self._active_shards():
-            records = shard.coordinator.on_metadata_change(snapshot)
+            records = shard.coordinator.on_metadata_change(snapshot, names)
             if records:
                 self._queue(shard, records)
-            self._initialize_groups(shard, shard.coordinator.group_ids())
+            self._initialize_groups(shard, shard.coordinator.groups_subscribed_to(names))
 
 
 def _storage_error(e: Exception) -> bool:

@@ -953,5 +953,5 @@ def _wire_assignment(assigned: Assignment) -> list[tuple[uuid.UUID, list[int]]]:
 def _lists_any(group: ShareGroup, topic_ids: set[uuid.UUID]) -> bool:
     """Whether the group's share-state metadata names one of ``topic_ids`` (which a metadata
     change may have deleted)."""
-    return any(t in group.initializing_topics or t in group.initialized_topics or t in group.deleting_topics
-               for t in topic_ids)
+    return not (topic_ids.isdisjoint(group.initializing_topics) and topic_ids.isdisjoint(group.initialized_topics)
+                and topic_ids.isdisjoint(group.deleting_topics))  # (each walks the group's few topics)

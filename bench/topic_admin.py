@@ -10,7 +10,11 @@ With ``--share``, before the restart one record goes to every topic and a share 
 ShareConsumers subscribed to all the topics receives them all, so the deletions also remove
 that group's share state (its ShareGroupStatePartitionMetadata lists every topic).
 
-    .venv/bin/python bench/topic_admin.py [--topics 5000] [--batch 500] [--share]
+With ``--groups G``, G share groups (one member each, raw ShareGroupHeartbeats, subscribed to
+one other topic) exist before the topics are created: each topic change concerns none of them.
+Their session timeout is raised so that none expires during a slow run.
+
+    .venv/bin/python bench/topic_admin.py [--topics 5000] [--batch 500] [--share] [--groups 10000]
 """
 
 from __future__ import annotations
@@ -25,10 +29,21 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from confluent_kafka import Producer, ShareConsumer  # noqa: E402
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic  # noqa: E402
-from confluent_kafka.admin import ResourceType  # noqa: E402
+from confluent_kafka.admin import (  # noqa: E402
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
+from protocol.messages.share_group_heartbeat_request import ShareGroupHeartbeatRequest  # noqa: E402
 from tests.broker_process import BrokerProcess  # noqa: E402
+from tests.raw_client import RawClient  # noqa: E402
+
+SHARE_GROUP_HEARTBEAT = 76
+LONG_SESSIONS = {"group.share.session.timeout.ms": "3600000", "group.share.max.session.timeout.ms": "3600000"}
 
 
 def batches(names: list[str], size: int):
@@ -77,17 +92,35 @@ def share_everything(bootstrap: str, admin: AdminClient, names: list[str]) -> fl
     return time.perf_counter() - t0
 
 
+def join_groups(bootstrap: str, admin: AdminClient, groups: int) -> float:
+    """``groups`` share groups of one member subscribed to "bench-other"; seconds taken."""
+    for f in admin.create_topics([NewTopic("bench-other", 1, 1)]).values():
+        f.result()
+    t0 = time.perf_counter()
+    with RawClient(bootstrap) as client:
+        for g in range(groups):
+            req = ShareGroupHeartbeatRequest(group_id=f"bench-group-{g}", member_id=f"bench-member-{g:013d}",
+                                             member_epoch=0, subscribed_topic_names=["bench-other"])
+            resp = client.request(SHARE_GROUP_HEARTBEAT, 1, req)
+            assert resp.error_code == 0, resp
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topics", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--share", action="store_true", help="give a share group state on every topic first")
+    ap.add_argument("--groups", type=int, default=0, help="share groups that exist before the topics")
     args = ap.parse_args()
     names = [f"bench-topic-{i}" for i in range(args.topics)]
     with tempfile.TemporaryDirectory(prefix="kshare-topic-admin-") as tmp:
-        broker = BrokerProcess(Path(tmp) / "data", log_level="WARNING").start()
+        broker = BrokerProcess(Path(tmp) / "data", LONG_SESSIONS if args.groups else None,
+                               log_level="WARNING").start()
         try:
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            # (a CreateTopics of 500 topics could take longer than librdkafka's 60 s before 5224562)
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap, "socket.timeout.ms": 300_000})
+            joined_s = join_groups(broker.bootstrap, admin, args.groups) if args.groups else None
             created = timed_batches(admin, names, args.batch, create=True)
             shared_s = share_everything(broker.bootstrap, admin, names) if args.share else None
             del admin  # (its handle would retry the stopped broker, loudly)
@@ -97,13 +130,16 @@ def main() -> None:
             t0 = time.perf_counter()
             broker.start(timeout_s=600)
             start_s = time.perf_counter() - t0
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap, "socket.timeout.ms": 300_000})
             deleted = timed_batches(admin, names, args.batch, create=False)
         finally:
             broker.stop(timeout_s=600)
     last = args.topics - (len(created) - 1) * args.batch
     print(f"topics {args.topics}, batches of {args.batch}")
-    print(f"create: total {sum(created):.2f} s, last batch {created[-1]:.2f} s ({created[-1] / last * 1000:.2f} ms/topic)")
+    if joined_s is not None:
+        print(f"{args.groups} share groups joined in {joined_s:.2f} s")
+    print(f"create: total {sum(created):.2f} s, last batch {created[-1]:.2f} s "
+          f"({created[-1] / last * 1000:.2f} ms/topic)")
     if shared_s is not None:
         print(f"a share group received one record from each topic in {shared_s:.2f} s")
     print(f"stop with {args.topics} topics: {stop_s:.2f} s; start: {start_s:.2f} s")

@@ -321,36 +321,51 @@ def test_partition_increase_and_topic_deletion():
 
 
 NAMES = ["a", "b", "c", "d"]
-CHANGES = st.lists(st.tuples(st.sampled_from(NAMES), st.sampled_from(["create", "delete", "grow", "recreate"])),
-                   min_size=1, max_size=12)
-GROUPS = st.lists(st.tuples(st.sets(st.sampled_from(NAMES), max_size=3), st.sets(st.sampled_from(NAMES), max_size=3)),
-                  min_size=1, max_size=5)
+TOPIC_CHANGES = st.tuples(st.sampled_from(NAMES), st.sampled_from(["create", "delete", "grow", "recreate"]))
+# a group's member (re)subscribes to these names (none: it leaves, and the group may be
+# deleted) and the group's share-state metadata names those topics
+GROUP_CHANGES = st.tuples(st.integers(0, 4), st.sets(st.sampled_from(NAMES), max_size=3),
+                          st.sets(st.sampled_from(NAMES), max_size=3), st.booleans())
 
 
-@settings(max_examples=150, deadline=None)
-@given(groups=GROUPS, changes=CHANGES)
-def test_a_metadata_change_with_the_changed_names_looks_only_at_groups_it_affects(groups, changes):
+@settings(max_examples=200, deadline=None)
+@given(steps=st.lists(st.one_of(TOPIC_CHANGES, GROUP_CHANGES), min_size=1, max_size=20))
+def test_a_metadata_change_with_the_changed_names_looks_only_at_groups_it_affects(steps):
     """Told which topics changed, a coordinator writes the records it would write looking at
-    every group, and ends in the same state. Each group subscribes to some topics and holds
-    share-state metadata for others (initializing, initialized and deleting)."""
+    every group, and ends in the same state, while groups join, resubscribe, leave, are
+    deleted and change their share-state metadata (initializing, initialized and deleting
+    topics) in between. So does one rebuilt from the records, as after a restart."""
     ids = {n: uuid.UUID(int=i + 1) for i, n in enumerate(NAMES)}
     sizes = {"a": 2, "b": 1, "c": 3}
+    epochs = {}
 
     def image():
         return TopicsImage(TopicInfo(ids[n], n, p) for n, p in sizes.items())
 
     told, looked = ShareGroupCoordinator(image()), ShareGroupCoordinator(image())
-    for i, (subscribed, with_state) in enumerate(groups):
-        group = f"g{i}"
-        for c in (told, looked):
+    for step in steps:
+        if len(step) == 4:
+            g, subscribed, with_state, delete = step
+            group = f"g{g}"
+            for c in (told, looked):
+                if subscribed:
+                    r = hb(c, MEMBER_A, epochs.get(group, 0), sorted(subscribed), group=group)
+                    assert r.error_code == 0
+                elif group in epochs:
+                    assert hb(c, MEMBER_A, -1, group=group).error_code == 0
+                    if delete:
+                        c.delete_group(group)
+                if c.has_group(group):
+                    state = sorted(with_state)
+                    c.replay(rec.state_partition_metadata(
+                        group, {ids[n]: (n, [0]) for n in state[:1]}, {ids[n]: (n, [0, 1]) for n in state[1:2]},
+                        {ids[n]: n for n in state[2:]}))
             if subscribed:
-                assert hb(c, MEMBER_A, 0, sorted(subscribed), group=group).error_code == 0
-            if with_state:
-                state = sorted(with_state)
-                c.replay(rec.state_partition_metadata(
-                    group, {ids[n]: (n, [0]) for n in state[:1]}, {ids[n]: (n, [0, 1]) for n in state[1:2]},
-                    {ids[n]: n for n in state[2:]}))
-    for name, change in changes:
+                epochs[group] = r.member_epoch
+            else:
+                epochs.pop(group, None)
+            continue
+        name, change = step
         if change == "delete":
             sizes.pop(name, None)
         elif change == "create" and name not in sizes:
@@ -361,10 +376,22 @@ def test_a_metadata_change_with_the_changed_names_looks_only_at_groups_it_affect
         elif change == "recreate":
             ids[name] = uuid.uuid4()
             sizes[name] = 1
-        assert told.on_metadata_change(image(), [name]) == looked.on_metadata_change(image())
-        assert told.snapshot() == looked.snapshot()
-    assert told.groups_subscribed_to(["a", "b"]) == [
-        f"g{i}" for i, (subscribed, _) in enumerate(groups) if subscribed & {"a", "b"}]
+        rebuilt = ShareGroupCoordinator(told.topics)
+        rebuilt.replay_all(told.snapshot_records())
+        expected = looked.on_metadata_change(image())
+        assert told.on_metadata_change(image(), [name]) == expected
+        assert rebuilt.on_metadata_change(image(), [name]) == expected
+        assert told.snapshot() == looked.snapshot() == rebuilt.snapshot()
+    for names in (["a", "b"], ["c"], NAMES):
+        assert told.groups_subscribed_to(names) == sorted(
+            g for g, e in looked.snapshot().items() if e["subscribed_names"].keys() & set(names))
+
+
+def test_a_group_deleted_without_its_state_tombstone_is_not_visited_by_topic_changes():
+    c = coordinator(ORDERS)
+    c.replay(rec.state_partition_metadata("g", {}, {ORDERS.topic_id: ("orders", [0])}, {}))
+    c.replay(rec.group_metadata_tombstone("g"))
+    assert c.on_metadata_change(TopicsImage([]), ["orders"]) == [] and not c.has_group("g")
 
 
 def test_topic_recreated_with_new_id():

@@ -92,6 +92,12 @@ def share_everything(bootstrap: str, admin: AdminClient, names: list[str]) -> fl
     return time.perf_counter() - t0
 
 
+def admin_client(bootstrap: str) -> AdminClient:
+    """An AdminClient that waits out slow requests: a CreateTopics of 500 topics could take
+    longer than librdkafka's 60 s socket timeout before 5224562."""
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 300_000})
+
+
 def join_groups(bootstrap: str, admin: AdminClient, groups: int) -> float:
     """``groups`` share groups of one member subscribed to "bench-other"; seconds taken."""
     for f in admin.create_topics([NewTopic("bench-other", 1, 1)]).values():
@@ -118,8 +124,7 @@ def main() -> None:
         broker = BrokerProcess(Path(tmp) / "data", LONG_SESSIONS if args.groups else None,
                                log_level="WARNING").start()
         try:
-            # (a CreateTopics of 500 topics could take longer than librdkafka's 60 s before 5224562)
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap, "socket.timeout.ms": 300_000})
+            admin = admin_client(broker.bootstrap)
             joined_s = join_groups(broker.bootstrap, admin, args.groups) if args.groups else None
             created = timed_batches(admin, names, args.batch, create=True)
             shared_s = share_everything(broker.bootstrap, admin, names) if args.share else None
@@ -130,7 +135,7 @@ def main() -> None:
             t0 = time.perf_counter()
             broker.start(timeout_s=600)
             start_s = time.perf_counter() - t0
-            admin = AdminClient({"bootstrap.servers": broker.bootstrap, "socket.timeout.ms": 300_000})
+            admin = admin_client(broker.bootstrap)
             deleted = timed_batches(admin, names, args.batch, create=False)
         finally:
             broker.stop(timeout_s=600)

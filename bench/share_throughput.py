@@ -3,8 +3,9 @@
 Every run starts its own server with a temporary data directory (a kshare broker subprocess; a
 ``redis-server`` on 127.0.0.1 with ``save ""`` and ``appendonly no``), prefills ``--records``
 records of ``--size`` bytes, then starts K consumer processes (multiprocessing, spawn) that wait
-on one start event. Runs and configurations go one after another: the box has 2 cores, and the
-K clients already compete with the server for them.
+on one start event. Runs go one after another (the box has 2 cores, and the K clients already
+compete with the server for them), alternating between the systems: kshare run 1, Redis run 1,
+kshare run 2, ... of one workload, so that each kshare run has a Redis run beside it in time.
 
 kshare: one topic in one share group (``share.auto.offset.reset=earliest`` set beforehand with
 IncrementalAlterConfigs on the GROUP resource). Prefill by one Producer (linger.ms 5, librdkafka
@@ -40,7 +41,9 @@ included), the consumers' own CPU seconds, and "other load": busy CPU seconds of
 foreign work (kernel softirq time for the loopback traffic lands here too). The box may be
 shared: each run first waits (bounded) for two quiet half seconds, and a run whose other load
 exceeds ``--max-other-load`` is repeated up to ``--retries`` times (the last try is kept). Then kshare/Redis ratios of throughput and p99
-(issue targets: throughput >= 1.5x at K=1 and K=4, >= 1.0x with redelivery; p99 <= Redis).
+(issue targets: throughput >= 1.5x at K=1 and K=4, >= 1.0x with redelivery; p99 <= Redis): the
+median of the runs' paired ratios (run i of kshare over run i of Redis), which drift of the
+box's speed during a workload's runs moves less than the ratio of the two medians.
 Every run checks that each record was accepted exactly once.
 
 Needs ``redis-server`` (tries ``apt-get install -y redis-server`` if missing, else skips Redis)
@@ -530,40 +533,46 @@ def wait_for_quiet(max_load: float, max_wait_s: float) -> None:
         quiet = quiet + 1 if (busy_cpu_seconds() - b) / 0.5 <= max_load else 0
 
 
-def configurations(args) -> list[Config]:
+def workloads(args) -> list[list[Config]]:
+    """The configurations of each (records, K, variant), whose runs alternate."""
     out = []
     for records in args.records or [200_000, 1_000_000]:
         for k in args.consumers or [1, 4]:
             for variant in args.variants:
+                cell = []
                 if "kshare" in args.systems:
                     counts = {"one": [1], "k": [k], "both": [1, k]}[args.partitions]
                     for p in sorted(set(counts)):
-                        out.append(Config("kshare", records, k, p, variant))
+                        cell.append(Config("kshare", records, k, p, variant))
                 if "redis" in args.systems:
-                    out.append(Config("redis", records, k, 1, variant))
+                    cell.append(Config("redis", records, k, 1, variant))
+                out.append(cell)
     return out
 
 
-def summarize(cfg: Config, runs: list[RunResult]) -> dict:
+def summarize(cfg: Config, runs: list[RunResult], peer: list[RunResult] | None) -> dict:
+    """Medians of ``runs``; with the Redis runs ``peer`` beside them, the medians of the
+    paired ratios too."""
     med = {f: statistics.median(getattr(r, f) for r in runs) for f in RunResult.__dataclass_fields__}
     med["cfg"] = cfg
+    if peer:
+        pairs = list(zip(runs, peer))
+        med["x_records_per_s"] = statistics.median(a.records_per_s / b.records_per_s for a, b in pairs)
+        med["x_p99"] = statistics.median(a.p99_ms / b.p99_ms for a, b in pairs)
     return med
 
 
 def print_table(rows: list[dict], n_runs: int, batch_size: int) -> None:
-    redis_rows = {(r["cfg"].records, r["cfg"].consumers, r["cfg"].variant): r
-                  for r in rows if r["cfg"].system == "redis"}
     head = ("| records | K | system | P | variant | consume+ack rec/s | ack p50 ms | ack p99 ms "
             "| server CPU s | server peak RSS MiB | clients CPU s | other load | x Redis rec/s | x Redis p99 |")
-    print(f"\nMedians of {n_runs} run(s) per configuration (kshare prefill batch.size {batch_size}):\n")
+    print(f"\nMedians of {n_runs} run(s) per configuration (kshare prefill batch.size {batch_size}; "
+          f"x Redis: the median of the paired runs' ratios):\n")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for r in rows:
         c = r["cfg"]
-        peer = redis_rows.get((c.records, c.consumers, c.variant))
-        if c.system == "kshare" and peer:
-            ratio_thr = f"{r['records_per_s'] / peer['records_per_s']:.2f}"
-            ratio_p99 = f"{r['p99_ms'] / peer['p99_ms']:.2f}"
+        if "x_p99" in r:
+            ratio_thr, ratio_p99 = f"{r['x_records_per_s']:.2f}", f"{r['x_p99']:.2f}"
         else:
             ratio_thr = ratio_p99 = ""
         parts = str(c.partitions) if c.system == "kshare" else "1 stream"
@@ -607,9 +616,9 @@ def main() -> int:
             args.systems = [s for s in args.systems if s != "redis"]
 
     rows = []
-    for cfg in configurations(args):
-        runs = []
-        for run in range(args.runs):
+    for cell in workloads(args):
+        runs: dict[Config, list[RunResult]] = {cfg: [] for cfg in cell}
+        for run, cfg in ((run, cfg) for run in range(args.runs) for cfg in cell):
             for attempt in range(args.retries + 1):
                 wait_for_quiet(args.max_other_load, args.quiet_wait)
                 with tempfile.TemporaryDirectory(prefix="kshare-share-bench-") as tmp:
@@ -619,13 +628,14 @@ def main() -> int:
                     break
                 print(f"  {cfg.label()} run {run + 1}: discarded ({r.records_per_s:,.0f} rec/s): other work used "
                       f"{load:.2f} cores meanwhile", flush=True)
-            runs.append(r)
+            runs[cfg].append(r)
             print(f"  {cfg.label()} run {run + 1}: {r.records_per_s:,.0f} rec/s, ack p50 {r.p50_ms:.2f} ms "
                   f"p99 {r.p99_ms:.2f} ms, server CPU {r.server_cpu_s:.2f} s, RSS {r.server_rss_mb:.0f} MiB, "
                   f"clients CPU {r.client_cpu_s:.2f} s, other load {load:.2f} cores, first records after {r.first_record_s * 1e3:.0f} ms, "
                   f"{r.deliveries:,} deliveries ({r.released:,} released), prefill {r.prefill_s:.1f} s",
                   flush=True)
-        rows.append(summarize(cfg, runs))
+        peer = next((runs[cfg] for cfg in cell if cfg.system == "redis"), None)
+        rows += [summarize(cfg, rs, peer if cfg.system == "kshare" else None) for cfg, rs in runs.items()]
     print_table(rows, args.runs, args.batch_size)
     return 0
 

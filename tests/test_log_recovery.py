@@ -148,6 +148,37 @@ def test_active_segment_indexes_are_saved_again_after_more_appends(tmp_path):
         assert (f.read(), expected[1]) == expected and expected[1] > 5
 
 
+def test_a_stop_leaves_the_unchanged_index_files_of_an_idle_partition_alone(tmp_path):
+    """A stop saves every active segment's indexes. An idle partition's are the bytes already
+    on disk: rewriting them for thousands of partitions took most of such a broker's stop."""
+    store = open_file_store(tmp_path, index_interval_bytes=50)
+    fill(store.create("idle", 0, TOPIC_ID, None), 5)
+    fill(store.create("busy", 0, uuid.uuid4(), None), 5)
+    close(store)
+
+    def files(name, suffix):
+        st = os.stat(seg_path(tmp_path, name, 0, suffix))
+        return st.st_ino, st.st_mtime_ns
+
+    before = {(n, sfx): files(n, sfx) for n in ("idle-0", "busy-0") for sfx in (".index", ".timeindex")}
+    store = open_file_store(tmp_path, index_interval_bytes=50)
+    busy = store.get("busy", 0)
+    fill(busy, 5)
+    (seg,) = busy.segments
+    expected = seg.index.to_bytes()
+    ends = [store.get(n, 0).end_offset for n in ("idle", "busy")]
+    close(store)
+    assert files("idle-0", ".index") == before[("idle-0", ".index")]
+    assert files("idle-0", ".timeindex") == before[("idle-0", ".timeindex")]
+    assert files("busy-0", ".index") != before[("busy-0", ".index")]
+    with open(seg_path(tmp_path, "busy-0", 0, ".index"), "rb") as f:
+        assert f.read() == expected
+    store = open_file_store(tmp_path, index_interval_bytes=50)
+    assert store.was_clean
+    assert [store.get(n, 0).end_offset for n in ("idle", "busy")] == ends
+    close(store)
+
+
 def test_missing_or_garbled_indexes_are_rebuilt(tmp_path, caplog):
     store = open_file_store(tmp_path, segment_bytes=800, index_interval_bytes=50)
     log = store.create("t", 0, TOPIC_ID, None)

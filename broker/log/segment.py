@@ -8,6 +8,7 @@ the batches and updates the segment's bookkeeping in the same pass, so each batc
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from bisect import bisect_right
@@ -101,10 +102,14 @@ class MemorySegmentData:
         self.chunks, self.starts, self.size = [], [], 0
 
 
+def _digest(raw: bytes) -> bytes:
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
 class FileSegmentData:
     """``<dir>/%020d.log`` opened once; written with pwrite, read with pread (no shared cursor)."""
 
-    __slots__ = ("dir", "base_offset", "fd", "closed")
+    __slots__ = ("dir", "base_offset", "fd", "closed", "_on_disk")
     persistent = True
 
     def __init__(self, directory: str, base_offset: int, *, create: bool = False) -> None:
@@ -113,6 +118,8 @@ class FileSegmentData:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self.fd = os.open(self.path(".log"), flags, 0o644)
         self.closed = False
+        # Digests of the bytes this process last read from or wrote to .index / .timeindex.
+        self._on_disk: dict[str, bytes] = {}
 
     def path(self, suffix: str) -> str:
         return os.path.join(self.dir, f"{self.base_offset:020d}{suffix}")
@@ -151,22 +158,33 @@ class FileSegmentData:
         return None if self.closed else os.dup(self.fd)
 
     def save_indexes(self, offset_index: bytes, time_index: bytes) -> None:
-        """Replace ``.index`` / ``.timeindex`` atomically (a torn index must never look valid)."""
+        """Replace ``.index`` / ``.timeindex`` atomically (a torn index must never look valid).
+
+        A file that already holds these bytes is left alone: a stop saves every active
+        segment's indexes, and rewriting the unchanged ones of idle partitions took most of
+        the stop of a broker with thousands of them."""
         for suffix, raw in ((".index", offset_index), (".timeindex", time_index)):
+            digest = _digest(raw)
+            if self._on_disk.get(suffix) == digest:
+                continue
             final = self.path(suffix)
             tmp = final + ".tmp"
             with open(tmp, "wb") as f:
                 f.write(raw)
             os.replace(tmp, final)
+            self._on_disk[suffix] = digest
 
     def load_indexes(self) -> tuple[bytes | None, bytes | None]:
         out = []
         for suffix in (".index", ".timeindex"):
             try:
                 with open(self.path(suffix), "rb") as f:
-                    out.append(f.read())
+                    raw = f.read()
             except FileNotFoundError:
-                out.append(None)
+                raw = None
+            else:
+                self._on_disk[suffix] = _digest(raw)
+            out.append(raw)
         return out[0], out[1]
 
     def close(self) -> None:
@@ -176,6 +194,7 @@ class FileSegmentData:
 
     def delete(self) -> None:
         self.close()
+        self._on_disk.clear()
         for suffix in (".log", ".index", ".timeindex"):
             try:
                 os.unlink(self.path(suffix))

@@ -102,8 +102,11 @@ class MemorySegmentData:
         self.chunks, self.starts, self.size = [], [], 0
 
 
-def _digest(raw: bytes) -> bytes:
-    return hashlib.blake2b(raw, digest_size=16).digest()
+def _digest(offset_index: bytes, time_index: bytes) -> bytes:
+    """Both files' bytes, hashed together; the first one's length tells two splits apart."""
+    h = hashlib.blake2b(offset_index, digest_size=16)
+    h.update(time_index)
+    return h.digest() + len(offset_index).to_bytes(8, "big")
 
 
 class FileSegmentData:
@@ -118,8 +121,8 @@ class FileSegmentData:
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
         self.fd = os.open(self.path(".log"), flags, 0o644)
         self.closed = False
-        # Digests of the bytes this process last read from or wrote to .index / .timeindex.
-        self._on_disk: dict[str, bytes] = {}
+        # A digest of the .index and .timeindex bytes this process last read or wrote.
+        self._on_disk: bytes | None = None
 
     def path(self, suffix: str) -> str:
         return os.path.join(self.dir, f"{self.base_offset:020d}{suffix}")
@@ -163,29 +166,30 @@ class FileSegmentData:
         A file that already holds these bytes is left alone: a stop saves every active
         segment's indexes, and rewriting the unchanged ones of idle partitions took most of
         the stop of a broker with thousands of them."""
+        digest = _digest(offset_index, time_index)
+        if digest == self._on_disk:
+            return
+        self._on_disk = None  # until both files are written
         for suffix, raw in ((".index", offset_index), (".timeindex", time_index)):
-            digest = _digest(raw)
-            if self._on_disk.get(suffix) == digest:
-                continue
             final = self.path(suffix)
             tmp = final + ".tmp"
             with open(tmp, "wb") as f:
                 f.write(raw)
             os.replace(tmp, final)
-            self._on_disk[suffix] = digest
+        self._on_disk = digest
 
     def load_indexes(self) -> tuple[bytes | None, bytes | None]:
         out = []
         for suffix in (".index", ".timeindex"):
             try:
                 with open(self.path(suffix), "rb") as f:
-                    raw = f.read()
+                    out.append(f.read())
             except FileNotFoundError:
-                raw = None
-            else:
-                self._on_disk[suffix] = _digest(raw)
-            out.append(raw)
-        return out[0], out[1]
+                out.append(None)
+        offset_index, time_index = out
+        if offset_index is not None and time_index is not None:
+            self._on_disk = _digest(offset_index, time_index)
+        return offset_index, time_index
 
     def close(self) -> None:
         if not self.closed:
@@ -194,7 +198,7 @@ class FileSegmentData:
 
     def delete(self) -> None:
         self.close()
-        self._on_disk.clear()
+        self._on_disk = None
         for suffix in (".log", ".index", ".timeindex"):
             try:
                 os.unlink(self.path(suffix))

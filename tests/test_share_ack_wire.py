@@ -241,6 +241,46 @@ def test_unknown_topics_partitions_and_share_partitions(broker, admin, topic_nam
         a.close()
 
 
+def test_the_batches_shape_is_checked_after_the_topic_id_and_before_the_partition(broker, admin, topic_name):
+    """KafkaApis.handleAcknowledgements: an unknown topic id first, then INVALID_REQUEST for
+    malformed batches, and only then UNKNOWN_TOPIC_OR_PARTITION."""
+    tp, (a,) = holding(broker, admin, topic_name, [1])
+    tid, ghost = tp[0], (uuid.uuid4(), 0)
+    bad = [(3, 1, [ACCEPT])]
+    try:
+        resp = a.acknowledge({ghost: bad, (tid, 5): bad, (tid, 6): [(0, 0, [ACCEPT])]})
+        assert {k: p.error_code for k, p in parts(resp).items()} == {
+            ghost: UNKNOWN_TOPIC_ID, (tid, 5): INVALID_REQUEST, (tid, 6): UNKNOWN_TOPIC_OR_PARTITION,
+        }
+        resp = a.fetch(acks={ghost: bad, (tid, 5): bad})
+        assert {k: p.acknowledge_error_code for k, p in parts(resp).items()} == {
+            ghost: UNKNOWN_TOPIC_ID, (tid, 5): INVALID_REQUEST,
+        }
+        assert parts(a.acknowledge({tp: [(0, 0, [ACCEPT])]}))[tp].error_code == NONE
+    finally:
+        a.close()
+
+
+def test_a_share_fetch_with_acknowledgements_answers_every_partition_it_names(broker, admin, topic_name):
+    """Once a ShareFetch carries acknowledgements, Kafka gives every partition it names an
+    acknowledgement result, NONE where it had no batches, and lists it even with no news."""
+    tid = create_topic(admin, topic_name, partitions=2)
+    p0, p1, missing, ghost = (tid, 0), (tid, 1), (tid, 5), (uuid.uuid4(), 0)
+    with ShareMember(broker.bootstrap, unique("g")) as a:
+        a.open([p0, p1], version=2)
+        produce_batches(admin, topic_name, [2])
+        assert all_acquired(a.fetch(max_wait_ms=5000)) == {p0: [(0, 1, 1)]}
+        resp = a.fetch([p1, missing, ghost], acks={p0: [(0, 1, [ACCEPT])]})
+        assert {k: (p.error_code, p.acknowledge_error_code) for k, p in parts(resp).items()} == {
+            p0: (NONE, NONE), p1: (NONE, NONE),
+            missing: (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_OR_PARTITION),
+            ghost: (UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_ID),
+        }
+        # Without acknowledgements, an incremental answer lists only partitions with news.
+        resp = a.fetch([p1])
+        assert set(parts(resp)) == {missing, ghost}
+
+
 def test_a_partition_with_no_batches_is_answered_none(broker, admin, topic_name):
     tp = (create_topic(admin, topic_name), 0)
     never_fetched = (create_topic(admin, topic_name + "-x"), 0)

@@ -781,6 +781,8 @@ def test_transition_carries_write_fields():
     ([(0, 2, [1, 5, 1])], 2, True, INVALID_REQUEST),
     ([(0, 2, [1, -1, 1])], 2, True, INVALID_REQUEST),
     ([(0, 2, [5])], 2, True, INVALID_REQUEST),
+    ([(-5, -3, [1])], 2, False, INVALID_REQUEST),  # the first batch is compared with -1
+    ([(-1, 0, [1])], 2, False, None),
 ])
 def test_validate_ack_batches(batches, version, renew, expected):
     assert validate_ack_batches(batches, version, renew) == expected

@@ -31,24 +31,28 @@ def resolve(broker, topic_id: UUID, partition: int) -> tuple[str | None, ErrorCo
 
 
 def split_acks(broker, partitions, version: int, is_renew_ack: bool):
-    """``partitions``: (topic id, partition, AcknowledgementBatch list). Returns the valid acks
-    as {(topic id, partition): [(first, last, types)]} and per-partition errors for the rest."""
+    """``partitions``: (topic id, partition, AcknowledgementBatch list). Returns the acks to
+    apply as {(topic id, partition): [(first, last, types)]} and the codes of the others.
+
+    Kafka's order (KafkaApis.handleAcknowledgements): an unknown topic id, then the batches'
+    shape, then an unknown partition. A partition without batches is NONE and does nothing,
+    even with no share partition loaded."""
     acks: dict[tuple[UUID, int], list] = {}
-    errors: dict[tuple[UUID, int], ErrorCode] = {}
+    codes: dict[tuple[UUID, int], ErrorCode] = {}
     for topic_id, p, batches in partitions:
         tp = (topic_id, p)
         _, code = resolve(broker, topic_id, p)
-        if code:
-            errors[tp] = code
+        if code == ErrorCode.UNKNOWN_TOPIC_ID:
+            codes[tp] = code
             continue
-        if not batches:
-            continue  # Kafka answers NONE and does nothing, even with no share partition loaded
         parsed = [(b.first_offset, b.last_offset, b.acknowledge_types) for b in batches]
         if validate_ack_batches(parsed, version, is_renew_ack) is not None:
-            errors[tp] = ErrorCode.INVALID_REQUEST
-            continue
-        acks.setdefault(tp, []).extend(parsed)
-    return acks, errors
+            codes[tp] = ErrorCode.INVALID_REQUEST
+        elif code or not parsed:
+            codes[tp] = code
+        else:
+            acks.setdefault(tp, []).extend(parsed)
+    return acks, codes
 
 
 def tie_session_to_connection(ctx, session) -> None:

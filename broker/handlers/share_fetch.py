@@ -56,14 +56,16 @@ async def handle(ctx, req) -> ShareFetchResponse:
     for t in req.topics:
         for p in t.partitions:
             listed[(t.topic_id, p.partition_index)] = None
-            if p.acknowledgement_batches:
-                ack_parts.append((t.topic_id, p.partition_index, p.acknowledgement_batches))
+            ack_parts.append((t.topic_id, p.partition_index, p.acknowledgement_batches))
+    # When any partition carries acknowledgements, Kafka answers the acknowledgement of every
+    # partition the request names (NONE where it had no batches), and lists each of them.
+    has_acks = any(batches for _, _, batches in ack_parts)
     forgotten = [(t.topic_id, p) for t in req.forgotten_topics_data for p in t.partitions]
 
     sessions = broker.share_sessions
     try:
         if epoch == OPEN:
-            if ack_parts:
+            if has_acks:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Acknowledge data present on initial ShareFetch.")
             session, _ = sessions.open(group, member, listed, id(ctx.connection))
             tie_session_to_connection(ctx, session)
@@ -77,7 +79,7 @@ async def handle(ctx, req) -> ShareFetchResponse:
         return _top_level_error(e.code, e.message)
 
     manager = broker.share_manager
-    acks, ack_results = split_acks(broker, ack_parts, v, req.is_renew_ack)
+    acks, ack_results = split_acks(broker, ack_parts, v, req.is_renew_ack) if has_acks else ({}, {})
     if acks:
         for tp, (code, _msg) in (await manager.acknowledge(group, member, acks)).items():
             ack_results[tp] = code

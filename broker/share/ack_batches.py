@@ -20,12 +20,13 @@ def validate_ack_batches(
     """Return INVALID_REQUEST (42) for the first batch breaking a rule, else None.
 
     Rules, in Kafka's order: first <= last; first >= previous batch's last (a one-offset
-    overlap passes); at least one type; several types mean one per offset; every type within
-    0..4 for v2 (0..3 before); RENEW only when the request set IsRenewAck.
+    overlap passes; the first batch is compared with -1, so a negative offset below it fails);
+    at least one type; several types mean one per offset; every type within 0..4 for v2
+    (0..3 before); RENEW only when the request set IsRenewAck.
     """
     max_type = RENEW if version >= 2 else RENEW - 1
     allowed = frozenset(t for t in range(max_type + 1) if t != RENEW or is_renew_ack)
-    prev_last = -(1 << 63)  # below every int64 offset
+    prev_last = -1
     for first, last, types in batches:
         if first > last or first < prev_last or not types:
             return INVALID_REQUEST

@@ -255,3 +255,45 @@ async def test_a_parked_fetch_whose_client_left_hands_its_wake_up_on(tmp_path):
         await produce(b, "t", [b"x"])
         assert await asyncio.wait_for(left, 5) == {}
         assert (await asyncio.wait_for(stays, 5))[(topic_id, 0)].acquired == [(0, 0, 1)]
+
+
+async def test_a_write_fenced_by_a_newer_state_epoch_drops_the_share_partition_until_the_next_fetch(tmp_path):
+    """Kafka's fencedSharePartitionHandler: after a fenced write the cached share partition is
+    stale, so it is dropped and the next fetch reads the state again. Kept, every later write
+    carried the old state epoch and was fenced too, until a restart."""
+    async with running_broker(tmp_path) as b:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 1).topic_id
+        tp = (topic_id, 0)
+        sp = await manager.partition("g", topic_id, 0, "t")
+        await produce(b, "t", [b"a", b"b"])
+        held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0))
+        assert held[tp].acquired == [(0, 1, 1)]
+        # Someone else (here: the test) initialises the state again, with a newer state epoch.
+        code, _ = await manager.persister.initialize_state("g", topic_id, 0, state_epoch=sp.state_epoch + 1,
+                                                           start_offset=0)
+        assert code == ErrorCode.NONE
+        result = await manager.acknowledge("g", "m1", {tp: [(0, 0, [1])]})
+        assert result[tp][0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert manager.share_partitions("g") == []
+        # The next fetch reads the new state (nothing acknowledged: both records come back).
+        again = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0))
+        assert again[tp].acquired == [(0, 1, 1)]
+        assert (await manager.acknowledge("g", "m1", {tp: [(0, 1, [1])]}))[tp][0] == ErrorCode.NONE
+
+
+async def test_a_write_refused_for_another_reason_answers_unknown_server_error(tmp_path):
+    """Kafka's SharePartition maps the write errors it has no case for to UNKNOWN_SERVER_ERROR:
+    the share coordinator's INVALID_REQUEST for a batch it cannot take is not the client's."""
+    async with running_broker(tmp_path) as b:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 1).topic_id
+        tp = (topic_id, 0)
+        await manager.partition("g", topic_id, 0, "t")
+        await produce(b, "t", [b"a"])
+        assert (await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0)))[tp].acquired == [(0, 0, 1)]
+        # The state is deleted behind the leader's back: the coordinator refuses the write as
+        # one to an uninitialised share partition (INVALID_REQUEST).
+        assert (await manager.persister.delete_state("g", [tp]))[tp][0] == ErrorCode.NONE
+        result = await manager.acknowledge("g", "m1", {tp: [(0, 0, [1])]})
+        assert result[tp][0] == ErrorCode.UNKNOWN_SERVER_ERROR

@@ -49,6 +49,12 @@ _LOAD_ERRORS = {
     ErrorCode.FENCED_LEADER_EPOCH: ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ErrorCode.FENCED_STATE_EPOCH: ErrorCode.NOT_LEADER_OR_FOLLOWER,
 }
+# Write errors after which the cached share partition is stale (Kafka's
+# fencedSharePartitionHandler): it is dropped, and the next fetch reads the state again.
+_FENCING_ERRORS = frozenset((
+    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.FENCED_STATE_EPOCH, ErrorCode.GROUP_ID_NOT_FOUND,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+))
 
 
 def share_key(group_id: str, topic: str, partition: int) -> tuple:
@@ -440,7 +446,12 @@ class SharePartitionManager:
             code, msg = ErrorCode.UNKNOWN_SERVER_ERROR, str(e)
         if code:
             sp.rollback(t)
-            code = _LOAD_ERRORS.get(code, code)
+            if code in _FENCING_ERRORS and self._leaders.get(leader.key) is leader:
+                log.info("share partition %s is fenced (%s); it is read again at the next fetch",
+                         leader.key, ErrorCode(code).name)
+                self._forget(leader.key, leader)
+                return _LOAD_ERRORS[code], msg
+            code = _LOAD_ERRORS.get(code, ErrorCode.UNKNOWN_SERVER_ERROR)
         else:
             sp.commit(t)
         self._arm(leader)

@@ -214,7 +214,7 @@ def test_snapshot_after_n_updates():
     assert "".join(kinds) == "UUUSUUUS"
     st = rt.shard.state(KEY)
     assert st.snapshot_epoch == 2
-    assert (st.create_timestamp, st.write_timestamp) == (10, 20)   # created at init, rewritten since
+    assert (st.create_timestamp, st.write_timestamp) == (20, 20)  # a count-triggered snapshot: both now, as Kafka
     assert rt.shard.entry(KEY).updates_since_snapshot == 0
     assert st.state_batches == (StateBatch(7, 7, ACKNOWLEDGED, 1),)
     # A full snapshot carries the whole state.
@@ -238,14 +238,18 @@ def test_default_cadence_is_500():
         ShareCoordinatorShard(501)
 
 
-def test_newer_state_epoch_in_a_write_forces_a_snapshot():
+def test_a_write_never_changes_the_state_epoch():
+    """KAFKA-19456: only InitializeShareGroupState sets the state epoch. A write with a newer
+    one is a plain ShareUpdate (it used to force a snapshot carrying it, which then fenced
+    writes of the epoch the state was initialised with)."""
     rt = runtime()
     rt.initialize(state_epoch=1)
     records, row = rt.write(5, [], state_epoch=2)
     ok(row)
-    assert isinstance(records[0].key, ShareSnapshotKey)
-    assert rt.shard.state(KEY).state_epoch == 2
-    assert rt.write(5, [], state_epoch=1)[1].error_code == ErrorCode.FENCED_STATE_EPOCH
+    assert isinstance(records[0].key, ShareUpdateKey)
+    assert rt.shard.state(KEY).state_epoch == 1
+    ok(rt.write(6, [], state_epoch=1)[1])
+    assert rt.write(7, [], state_epoch=0)[1].error_code == ErrorCode.FENCED_STATE_EPOCH
 
 
 def test_write_of_uninitialized_state_is_invalid_request():
@@ -257,13 +261,18 @@ def test_write_of_uninitialized_state_is_invalid_request():
 
 
 def test_leader_epoch_fencing_and_minus_one():
+    """KAFKA-19456: a read records a newer leader epoch; a write is fenced by it but never
+    changes it, and its records carry the current one."""
     rt = runtime()
     rt.initialize()
-    ok(rt.write(0, [], leader_epoch=5)[1])
+    ok(rt.read(leader_epoch=5)[1])
     records, row = rt.write(0, [], leader_epoch=4)
     assert records == []
     assert (row.error_code, row.error_message) == (ErrorCode.FENCED_LEADER_EPOCH, FENCED_LEADER_EPOCH_MESSAGE)
-    # -1 means "not supplied": no fence, and the stored leader epoch stays.
+    records, row = rt.write(1, [], leader_epoch=7)
+    ok(row)
+    assert records[0].value.leader_epoch == 5
+    # -1 means "not supplied": no fence either.
     ok(rt.write(3, [], leader_epoch=-1, state_epoch=-1)[1])
     st = rt.shard.state(KEY)
     assert (st.leader_epoch, st.state_epoch, st.start_offset) == (5, 0, 3)
@@ -375,6 +384,7 @@ def test_summary_of_missing_and_present_state():
     ok(row)
     assert (row.state_epoch, row.leader_epoch, row.start_offset, row.delivery_complete_count) == (0, 0, -1, -1)
     rt.initialize(state_epoch=4)
+    rt.read(leader_epoch=2)
     rt.write(100, [(100, 104, ACKNOWLEDGED, 1)], leader_epoch=2, state_epoch=4, dcc=5)
     row = rt.summary(leader_epoch=1)           # the summary does not fence
     ok(row)

@@ -13,13 +13,13 @@ Kafka 4.2 behaviour followed here (``ShareCoordinatorShard``):
   start offset is still -1 (0 once it is known).
 - WriteShareGroupState writes a ShareUpdate holding only the written batches, unless
   ``share.coordinator.snapshot.update.records.per.snapshot`` updates were written since the
-  last snapshot or the request carries a newer state epoch; then it writes a full snapshot.
-  In requests, -1 means "unchanged" for the start offset, leader epoch and state epoch; it
-  also skips the epoch fences. The delivery-complete count is taken as written (-1 from a
-  version 0 request, which makes it unknown again).
-- Fencing: a leader epoch below the highest seen fails with FENCED_LEADER_EPOCH, a state
-  epoch below the highest seen with FENCED_STATE_EPOCH. A read with a newer leader epoch
-  records it (so the old leader's writes are fenced from then on).
+  last snapshot; then it writes a full snapshot, created and written now. In requests, -1
+  means "unchanged" for the start offset and skips the epoch fences. The delivery-complete
+  count is taken as written (-1 from a version 0 request, which makes it unknown again).
+- Epochs (KAFKA-19456): only InitializeShareGroupState sets the state epoch and only a read
+  with a newer leader epoch records that epoch; a write's records carry the current ones.
+  A leader epoch below the recorded one fails with FENCED_LEADER_EPOCH, a state epoch below
+  it with FENCED_STATE_EPOCH (so the old leader's writes are fenced after a newer read).
 - Reading or writing state that was never initialised fails with INVALID_REQUEST; the
   summary of such state is no error with start offset -1; deleting it is a no-op success.
 - DeleteShareGroupState writes a tombstone: the ShareSnapshot key with a null value.
@@ -443,25 +443,30 @@ class ShareCoordinatorShard:
         if partition < 0:
             raise _PartitionError(ErrorCode.INVALID_REQUEST, NEGATIVE_PARTITION_ID)
 
-    def _state_record(self, key: SharePartitionKey, entry: KeyEntry, *, state_epoch: int,
-                      leader_epoch: int, start_offset: int, delivery_complete_count: int,
+    def _state_record(self, key: SharePartitionKey, entry: KeyEntry, *, leader_epoch: int, start_offset: int,
+                      delivery_complete_count: int,
                       batches: tuple[StateBatch, ...]) -> tuple[CoordinatorRecord, tuple[StateBatch, ...]]:
         """A ShareUpdate with just these batches, or a full snapshot when one is due; and
         the record's state batches. A ShareUpdate carries the combiner's StateBatch tuples as
-        they are: they have the fields its encoder reads, and a redelivery write has hundreds."""
+        they are: they have the fields its encoder reads, and a redelivery write has hundreds.
+
+        As in Kafka since KAFKA-19456, only InitializeShareGroupState changes the state epoch
+        and only a read changes the leader epoch: a write's records keep the current ones
+        (its caller passes the current leader epoch)."""
         cur = entry.state
-        if entry.updates_since_snapshot >= self.records_per_snapshot or state_epoch > cur.state_epoch:
+        if entry.updates_since_snapshot >= self.records_per_snapshot:
             start = cur.start_offset if start_offset == -1 else start_offset
             state_batches = tuple(combine(cur.state_batches, batches, start))
+            now = self._clock_ms()
             return _snapshot_record(key, SharePartitionState(
                 snapshot_epoch=cur.snapshot_epoch + 1,
-                state_epoch=cur.state_epoch if state_epoch == -1 else state_epoch,
+                state_epoch=cur.state_epoch,
                 leader_epoch=cur.leader_epoch if leader_epoch == -1 else leader_epoch,
                 start_offset=start,
                 delivery_complete_count=delivery_complete_count,
                 state_batches=state_batches,
-                create_timestamp=cur.create_timestamp,
-                write_timestamp=self._clock_ms(),
+                create_timestamp=now,
+                write_timestamp=now,
             )), state_batches
         batches = NormalBatches(combine((), batches, start_offset))  # write_state refused inverted ones
         return CoordinatorRecord(
@@ -540,7 +545,7 @@ class ShareCoordinatorShard:
                     continue
                 dcc = p.delivery_complete_count if version >= 1 else UNINITIALIZED_DELIVERY_COMPLETE_COUNT
                 record, record_batches = self._state_record(
-                    key, entry, state_epoch=p.state_epoch, leader_epoch=p.leader_epoch,
+                    key, entry, leader_epoch=entry.state.leader_epoch,
                     start_offset=p.start_offset, delivery_complete_count=dcc, batches=batches)
                 overlay.record(key, record, records, record_batches)
                 result.partitions.append(write_rsp.PartitionResult(p.partition))
@@ -577,7 +582,7 @@ class ShareCoordinatorShard:
                     state_batches=[read_rsp.StateBatch(*b) for b in st.state_batches]))
                 if p.leader_epoch != -1 and entry.leader_epoch_fence != p.leader_epoch:
                     record, record_batches = self._state_record(
-                        key, entry, state_epoch=st.state_epoch, leader_epoch=p.leader_epoch,
+                        key, entry, leader_epoch=p.leader_epoch,
                         start_offset=st.start_offset, delivery_complete_count=st.delivery_complete_count,
                         batches=())
                     overlay.record(key, record, records, record_batches)

@@ -221,7 +221,11 @@ def test_fenced_epochs_and_previous_epoch_tolerance():
     r = hb(c, MEMBER_A, 2)  # the response to the last heartbeat was lost
     assert r.error_code == 0 and r.member_epoch == 3
     r = hb(c, MEMBER_A, 1)
-    assert r.error_code == ErrorCode.FENCED_MEMBER_EPOCH and "smaller member epoch (1)" in r.error_message
+    assert r.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert r.error_message == (  # Kafka's throwIfShareGroupMemberEpochIsInvalid
+        "The share group member has a smaller member epoch (1) than the one known by the group coordinator (3), "
+        "and it does not match the previous member epoch (2). The member must abandon all its partitions and "
+        "rejoin.")
     assert r.records == []
 
 

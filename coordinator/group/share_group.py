@@ -952,7 +952,8 @@ def _check_member_epoch(member: ShareGroupMember, received: int) -> None:
     if received < member.member_epoch and received != member.previous_member_epoch:
         raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH,
                          f"The share group member has a smaller member epoch ({received}) than the one known "
-                         f"by the group coordinator ({member.member_epoch}). The member must abandon all its "
+                         f"by the group coordinator ({member.member_epoch}), and it does not match the previous "
+                         f"member epoch ({member.previous_member_epoch}). The member must abandon all its "
                          "partitions and rejoin.")
 
 

@@ -189,8 +189,7 @@ class Partitions:
                 ],
                 log_start_offset=lg.start_offset,
             )
-        if not cfg.log_append_time:
-            self._check_timestamps(configs, lg, data, h, now_ms)
+        # Kafka's LogValidator looks at a record's key before its timestamp.
         if "compact" in cfg.cleanup_policy:
             try:
                 validate_records(data, require_keys=True, partition=f"{lg.topic}-{lg.partition}")
@@ -200,6 +199,8 @@ class Partitions:
                 ) from None
             except CorruptRecordError as e:
                 raise AppendError(ErrorCode(e.error_code), log_message=str(e)) from None
+        if not cfg.log_append_time:
+            self._check_timestamps(configs, lg, data, h, now_ms)
 
         # Loaded on every partition's first append (not only idempotent ones) so that every later
         # segment roll leaves a snapshot: that is what bounds the next start-up's replay.
@@ -273,15 +274,17 @@ class Partitions:
         def bad(ts: int) -> bool:
             return ts != -1 and (now_ms - ts > before or ts - now_ms > after)
 
-        if not (bad(h.base_timestamp) or bad(h.max_timestamp)):
+        # The max timestamp bounds every record from above, and the first record's is the
+        # batch's base; a later record may be older than the first, so a bounded
+        # message.timestamp.before.max.ms means looking at every record, as Kafka does.
+        if not (bad(h.base_timestamp) or bad(h.max_timestamp)) and before >= LONG_MAX:
             return
         errors = []
-        base = lg.end_offset
         try:
             for i, rec in enumerate(iter_records(data)):
                 if bad(rec.timestamp):
-                    message = (
-                        f"Timestamp {rec.timestamp} of message with offset {base + rec.offset - h.base_offset} is "
+                    message = (  # the offset as the producer numbered it (Kafka validates before assigning)
+                        f"Timestamp {rec.timestamp} of message with offset {rec.offset} is "
                         f"out of range. The timestamp should be within [{now_ms - before}, {now_ms + after}]"
                     )
                     errors.append((i, message))

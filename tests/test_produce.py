@@ -140,6 +140,13 @@ async def test_timestamps_out_of_bounds_are_invalid_timestamp_with_record_errors
     assert [e.batch_index for e in (await produce_one(local, "t", build_batch(old))).record_errors] == [0]
     assert (await produce_one(local, "t", build_batch([(None, b"ok", [], now)]))).error_code == 0
     assert local.store.get("t", 0).end_offset == 1
+    # A record older than the batch's first one (a negative delta) is checked too, and the
+    # offset in the message is the producer's numbering, not the log's.
+    p = await produce_one(local, "t", build_batch([(None, b"ok", [], now), (None, b"old", [], now - 7_200_000)]))
+    assert p.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert [e.batch_index for e in p.record_errors] == [1]
+    assert p.record_errors[0].batch_index_error_message.startswith(f"Timestamp {now - 7_200_000} of message with offset 1 ")
+    assert local.store.get("t", 0).end_offset == 1
     # a producer may not claim LogAppendTime
     stamped = build_batch([(None, b"x", [])], timestamp_type=1)
     assert (await produce_one(local, "t", stamped)).error_code == ErrorCode.INVALID_TIMESTAMP
@@ -160,6 +167,10 @@ async def test_compacted_topics_need_keys(local):
     assert "Compacted topic cannot accept message without key" in p.record_errors[0].batch_index_error_message
     assert p.error_message
     assert (await produce_one(local, "c", batch([b"a"], keys=[b"k"]))).error_code == 0
+    # The key is looked at before the timestamp (Kafka's LogValidator.validateRecord).
+    local.topics.create("c2", 1, {"cleanup.policy": "compact", "message.timestamp.before.max.ms": "3600000"})
+    old = build_batch([(None, b"a", [], int(time.time() * 1000) - 7_200_000)])
+    assert (await produce_one(local, "c2", old)).error_code == ErrorCode.INVALID_RECORD
 
 
 async def test_min_insync_replicas_above_one_refuses_acks_all(local):

@@ -8,15 +8,15 @@ which wakes long-polling fetches (and anyone else who waits for new data).
 
 Append of one produced batch, in Kafka's order (ReplicaManager, Partition, UnifiedLog,
 LogValidator, ProducerStateManager): transactional batches are refused (no transactions yet),
-acks=-1 with min.insync.replicas > 1, max.message.bytes, timestamps, keys on compacted topics,
+acks=-1 with min.insync.replicas > 1, max.message.bytes, keys on compacted topics, timestamps,
 then the producer checks, then the write, then the producer-state update.
 
 Timestamps are checked from the batch header on the hot path (``baseTimestamp`` is the first
-record's and ``maxTimestamp`` the largest): only when one of them is out of bounds are the
-records decoded to name the offending ones, as Kafka's per-record ``record_errors`` do. Gap: a
-record that is neither the first nor the newest and is older than
-``message.timestamp.before.max.ms`` (default: unlimited) is not caught, and the header's
-timestamps are trusted to match the records (Kafka recomputes them while validating).
+record's and ``maxTimestamp`` the largest): the records are decoded, to name the offending ones
+as Kafka's per-record ``record_errors`` do, only when one of them is out of bounds or when
+``message.timestamp.before.max.ms`` (default: unlimited) is bounded, since a later record may
+be older than the first. The header's maxTimestamp is trusted to match the records (Kafka
+recomputes it while validating).
 
 Start-up cost of producer state is bounded: load the newest valid ``.snapshot`` at or below the
 log end (written when a segment rolls and at clean shutdown), then replay batch headers after

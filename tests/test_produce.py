@@ -145,7 +145,8 @@ async def test_timestamps_out_of_bounds_are_invalid_timestamp_with_record_errors
     p = await produce_one(local, "t", build_batch([(None, b"ok", [], now), (None, b"old", [], now - 7_200_000)]))
     assert p.error_code == ErrorCode.INVALID_TIMESTAMP
     assert [e.batch_index for e in p.record_errors] == [1]
-    assert p.record_errors[0].batch_index_error_message.startswith(f"Timestamp {now - 7_200_000} of message with offset 1 ")
+    message = p.record_errors[0].batch_index_error_message
+    assert message.startswith(f"Timestamp {now - 7_200_000} of message with offset 1 ")
     assert local.store.get("t", 0).end_offset == 1
     # a producer may not claim LogAppendTime
     stamped = build_batch([(None, b"x", [])], timestamp_type=1)

@@ -179,6 +179,18 @@ def test_a_stop_leaves_the_unchanged_index_files_of_an_idle_partition_alone(tmp_
     close(store)
 
 
+def test_a_start_keeps_the_index_digest_of_the_active_segment_only(tmp_path):
+    """The digest that lets a stop skip unchanged index files is kept for the segment a stop
+    saves; hashing every sealed segment's indexes (megabytes each) would slow the start."""
+    store = open_file_store(tmp_path, index_interval_bytes=50, segment_bytes=300)
+    fill(store.create("t", 0, TOPIC_ID, None), 10)
+    close(store)
+    store = open_file_store(tmp_path, index_interval_bytes=50, segment_bytes=300)
+    kept = [seg.data._on_disk is not None for seg in store.get("t", 0).segments]
+    assert len(kept) > 1 and kept == [False] * (len(kept) - 1) + [True]
+    close(store)
+
+
 def test_missing_or_garbled_indexes_are_rebuilt(tmp_path, caplog):
     store = open_file_store(tmp_path, segment_bytes=800, index_interval_bytes=50)
     log = store.create("t", 0, TOPIC_ID, None)

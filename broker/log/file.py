@@ -199,7 +199,7 @@ class FileLogStore:
             if i >= first_to_validate:
                 error = scan_segment(seg, file_size, interval, validate=True)
             else:
-                error = self._load_trusted(seg, file_size, interval)
+                error = self._load_trusted(seg, file_size, interval, active=i == len(bases) - 1)
             segments.append(seg)
             if error is not None:
                 log.warning(
@@ -256,9 +256,9 @@ class FileLogStore:
         return sorted(logs)
 
     @staticmethod
-    def _load_trusted(seg: Segment, file_size: int, interval: int) -> str | None:
+    def _load_trusted(seg: Segment, file_size: int, interval: int, *, active: bool) -> str | None:
         """Reuse saved indexes when sane (walking only the tail); otherwise rescan headers."""
-        raw_index, raw_time = seg.data.load_indexes()
+        raw_index, raw_time = seg.data.load_indexes(remember=active)
         index = OffsetIndex.from_bytes(raw_index, file_size) if raw_index is not None else None
         time_index = TimeIndex.from_bytes(raw_time, INT_MAX) if raw_time is not None else None
         if index is not None and time_index is not None:

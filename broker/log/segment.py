@@ -178,7 +178,10 @@ class FileSegmentData:
             os.replace(tmp, final)
         self._on_disk = digest
 
-    def load_indexes(self) -> tuple[bytes | None, bytes | None]:
+    def load_indexes(self, *, remember: bool = False) -> tuple[bytes | None, bytes | None]:
+        """Both files' bytes (None if missing). ``remember``: keep their digest, so that a save
+        of the same bytes is skipped; only worth it for the segment that will be saved again
+        (the active one): a sealed segment's multi-megabyte indexes are never rewritten."""
         out = []
         for suffix in (".index", ".timeindex"):
             try:
@@ -187,7 +190,7 @@ class FileSegmentData:
             except FileNotFoundError:
                 out.append(None)
         offset_index, time_index = out
-        if offset_index is not None and time_index is not None:
+        if remember and offset_index is not None and time_index is not None:
             self._on_disk = _digest(offset_index, time_index)
         return offset_index, time_index
 

@@ -461,7 +461,7 @@ class ShareCoordinatorShard:
             return _snapshot_record(key, SharePartitionState(
                 snapshot_epoch=cur.snapshot_epoch + 1,
                 state_epoch=cur.state_epoch,
-                leader_epoch=cur.leader_epoch if leader_epoch == -1 else leader_epoch,
+                leader_epoch=leader_epoch,
                 start_offset=start,
                 delivery_complete_count=delivery_complete_count,
                 state_batches=state_batches,

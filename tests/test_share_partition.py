@@ -371,6 +371,18 @@ def test_lock_expiry_then_redelivery_counts_up():
     assert sp.next_deadline() == 2 * LOCK_MS
 
 
+def test_expiry_write_carries_the_start_offset_before_the_move():
+    """Kafka writes the expiry's state with the start offset and delivery-complete count of
+    that moment, and moves the SPSO once the write is done."""
+    sp, clock = make(max_delivery_count=1)
+    acquire(sp, "m", [(0, 9)])
+    ack(sp, "m", (0, 4, [ACCEPT]))
+    assert (sp.start_offset, sp.delivery_complete_count) == (5, 0)
+    t = sp.expire_locks(LOCK_MS)
+    assert (t.start_offset, t.delivery_complete_count, t.state_batches) == (5, 5, [(5, 9, ARCHIVED, 1)])
+    assert (sp.start_offset, sp.delivery_complete_count) == (10, 0)
+
+
 def test_lock_duration_is_read_at_each_schedule():
     durations = iter([1_000, 5_000])
     sp, clock = make(lock_duration_ms=lambda: next(durations))

@@ -1158,11 +1158,13 @@ class SharePartition:
                 sb.append((offset, offset, target, counts[i]))
         if not sb:
             return None
+        # Kafka writes the start offset and count as they are when the locks expire and
+        # moves the SPSO once that write is done: the record carries both before the move.
+        t = self._seal(self._new_transition(EXPIRE), sb)
         if self._stragglers:
             self._settle_below_start()
         self._advance()
-        t = self._new_transition(EXPIRE)
-        return self._seal(t, sb)
+        return t
 
     # ------------------------------------------------------- start offset
 

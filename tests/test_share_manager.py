@@ -51,9 +51,9 @@ def params(max_wait_ms: int, max_records: int = 500, batch_size: int = 500) -> F
                        batch_size=batch_size)
 
 
-async def produce(b: Broker, topic: str, values: list[bytes]) -> None:
+async def produce(b: Broker, topic: str, values: list[bytes], partition: int = 0) -> None:
     conn = type("Conn", (), {"peer": ("127.0.0.1", 1), "close": lambda self: None})()
-    request = produce_request(topic, batch(values))
+    request = produce_request(topic, batch(values), partition=partition)
     resp = await produce_handler.handle(RequestContext(b, conn, 0, 9, 1, "tests"), request)
     assert resp.responses[0].partition_responses[0].error_code == 0
 
@@ -239,6 +239,49 @@ async def test_an_acceptance_that_makes_room_under_the_in_flight_limit_wakes_a_p
         await manager.acknowledge("g", "m1", {(topic_id, 0): [(0, 99, [1])]})
         result = await asyncio.wait_for(parked, 5)
         assert result[(topic_id, 0)].acquired == [(100, 100, 1)]
+
+
+async def test_min_bytes_zero_answers_at_once_when_a_partition_has_room(tmp_path):
+    """Kafka's DelayedShareFetch: with a partition under the lock limit, MinBytes 0 is met by
+    zero bytes, so the fetch does not long-poll (it used to wait MaxWaitMs)."""
+    async with running_broker(tmp_path) as b:
+        topic_id = b.topics.create("t", 1).topic_id
+        await b.share_manager.partition("g", topic_id, 0, "t")
+        p = FetchParams(max_wait_ms=60_000, min_bytes=0, max_bytes=1 << 20, max_records=500, batch_size=500)
+        assert await asyncio.wait_for(b.share_manager.fetch("g", "m1", [(topic_id, 0, "t")], p), 5) == {}
+
+
+async def test_the_first_fetch_acquires_max_records_of_large_records(tmp_path):
+    """The first read of a share partition has no bytes-per-record estimate; one cut short of
+    MaxRecords is made again with the estimate it gave. Kafka reads the whole byte budget: the
+    first fetch of 1 KiB records acquired 60 records instead of 500."""
+    async with running_broker(tmp_path) as b:
+        topic_id = b.topics.create("t", 1).topic_id
+        await b.share_manager.partition("g", topic_id, 0, "t")
+        for _ in range(100):
+            await produce(b, "t", [bytes(1024)] * 10)
+        p = FetchParams(max_wait_ms=0, min_bytes=1, max_bytes=50 << 20, max_records=500, batch_size=500)
+        first = await b.share_manager.fetch("g", "m1", [(topic_id, 0, "t")], p)
+        assert first[(topic_id, 0)].acquired == [(0, 499, 1)]
+
+
+async def test_max_bytes_is_shared_by_the_partitions_with_room_under_the_lock_limit(tmp_path):
+    """Kafka divides MaxBytes over the partitions that can acquire: one at the lock limit
+    takes no share (partition 1 got 30 KiB-worth of a 64 KiB budget)."""
+    async with running_broker(tmp_path, {"group.share.partition.max.record.locks": "100"}) as b:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 2).topic_id
+        for p in (0, 1):
+            await manager.partition("g", topic_id, p, "t")
+            for _ in range(20):
+                await produce(b, "t", [bytes(1024)] * 10, partition=p)
+        full = await manager.fetch("g", "m0", [(topic_id, 0, "t")], params(0, max_records=100, batch_size=100))
+        assert full[(topic_id, 0)].acquired == [(0, 99, 1)]
+        assert not manager.cached("g", topic_id, 0).can_acquire()
+        p = FetchParams(max_wait_ms=0, min_bytes=1, max_bytes=64 * 1024, max_records=500, batch_size=500)
+        got = await manager.fetch("g", "m1", [(topic_id, 0, "t"), (topic_id, 1, "t")], p)
+        assert list(got) == [(topic_id, 1)]
+        assert got[(topic_id, 1)].acquired == [(0, 59, 1)]  # six 10-record batches of ~10.3 KiB
 
 
 async def test_a_parked_fetch_whose_client_left_hands_its_wake_up_on(tmp_path):

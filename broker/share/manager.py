@@ -128,6 +128,29 @@ def _has_acquirable(lg, sp: SharePartition) -> bool:
     return sp.can_acquire() and sp.next_fetch_offset() < lg.end_offset
 
 
+def _read(lg, leader: _Leader, params: FetchParams, budget_bytes: int):
+    """``_read_next`` sized by ``_read_size``. A read that the estimate cut short of
+    MaxRecords records while more log follows (the first read has no estimate; the records
+    may have grown) is made once more, sized by what it found: Kafka reads the whole budget."""
+    size = _read_size(leader, params, budget_bytes)
+    offset, rr = _read_next(lg, leader.sp, size)
+    if rr is None or not rr.batches:
+        return offset, rr
+    _note_density(leader, rr)
+    last = rr.batches[-1].last_offset
+    if last - offset + 1 < params.max_records and last + 1 < lg.end_offset:
+        bigger = _read_size(leader, params, budget_bytes)
+        if bigger > size:
+            offset, rr = _read_next(lg, leader.sp, bigger)
+            if rr is not None and rr.batches:
+                _note_density(leader, rr)
+    return offset, rr
+
+
+def _note_density(leader: _Leader, rr) -> None:
+    leader.bytes_per_record = rr.size / (rr.batches[-1].last_offset - rr.batches[0].base_offset + 1)
+
+
 def _read_next(lg, sp: SharePartition, read_bytes: int):
     """``(offset, read)`` from the share partition's next fetch offset (read None at the log
     end); a log start that passed that offset is applied first."""
@@ -315,8 +338,10 @@ class SharePartitionManager:
         partitions with records or an error are answered: a fetch often lists many idle ones."""
         reads = []
         total = 0
-        budget_bytes = max(params.max_bytes // len(leaders), 1)
         store = self.broker.store
+        # As in Kafka, the partitions with room under the lock limit share MaxBytes, and
+        # MinBytes 0 is met at once if there is one, even with nothing to read.
+        with_room = []
         for topic_id, p, topic, leader in leaders:
             lg = store.get(topic, p)
             if lg is None or leader.dropped:
@@ -327,19 +352,23 @@ class SharePartitionManager:
             sp = leader.sp
             if lg.start_offset > sp.start_offset:
                 sp.on_log_start_offset(lg.start_offset)
-            if not _has_acquirable(lg, sp):
+            if sp.can_acquire():
+                with_room.append((topic_id, p, leader, lg))
+        budget_bytes = max(params.max_bytes // max(len(with_room), 1), 1)
+        for topic_id, p, leader, lg in with_room:
+            sp = leader.sp
+            if sp.next_fetch_offset() >= lg.end_offset:
                 continue
             try:
-                offset, rr = _read_next(lg, sp, _read_size(leader, params, budget_bytes))
+                offset, rr = _read(lg, leader, params, budget_bytes)
             except READ_ERRORS as e:  # a damaged log, which has reported it
                 reads.append((topic_id, p, leader, None, ErrorCode(e.error_code)))
                 continue
             if rr is not None and rr.batches:
                 total += rr.size
-                leader.bytes_per_record = rr.size / (rr.batches[-1].last_offset - rr.batches[0].base_offset + 1)
                 reads.append((topic_id, p, leader, (offset, rr), ErrorCode.NONE))
         failed = any(r[4] for r in reads)  # like a log read error, a vanished partition answers at once
-        if not final and not failed and (total == 0 or total < params.min_bytes):
+        if not final and not failed and (total < params.min_bytes or (total == 0 and not with_room)):
             return None
         out: dict[tuple[UUID, int], PartitionFetch] = {}
         records_left = params.max_records

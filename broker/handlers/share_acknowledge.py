@@ -6,6 +6,8 @@ applies the acknowledgements and then closes the session, releasing the member's
 
 from __future__ import annotations
 
+import logging
+
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.share_acknowledge_response import (
     PartitionData,
@@ -19,6 +21,8 @@ from ._share import check_identity, close_session, split_acks
 API_KEY = 79
 MIN_VERSION, MAX_VERSION = 1, 2
 
+log = logging.getLogger(__name__)
+
 
 async def handle(ctx, req) -> ShareAcknowledgeResponse:
     broker = ctx.broker
@@ -26,8 +30,9 @@ async def handle(ctx, req) -> ShareAcknowledgeResponse:
     try:
         check_identity(group, member)
         session = broker.share_sessions.check_epoch(group, member, epoch, acknowledge=True)
-    except KafkaError as e:
-        return ShareAcknowledgeResponse(error_code=e.code, error_message=e.message)
+    except KafkaError as e:  # Kafka's getErrorResponse: the code alone, no ErrorMessage
+        log.debug("ShareAcknowledge answered %s: %s", ErrorCode(e.code).name, e.message)
+        return ShareAcknowledgeResponse(error_code=e.code)
     if epoch != CLOSE:
         broker.share_sessions.advance(session)
 

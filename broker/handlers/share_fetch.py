@@ -9,6 +9,7 @@ Every later request fetches all the session's partitions, in an order rotated by
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.share_fetch_response import (
@@ -32,9 +33,13 @@ from ._share import (
 API_KEY = 78
 MIN_VERSION, MAX_VERSION = 1, 2
 
+log = logging.getLogger(__name__)
+
 
 def _top_level_error(code: ErrorCode, message: str | None) -> ShareFetchResponse:
-    return ShareFetchResponse(error_code=code, error_message=message)
+    """Kafka's ShareFetchRequest.getErrorResponse: the code alone, no ErrorMessage."""
+    log.debug("ShareFetch answered %s: %s", ErrorCode(code).name, message)
+    return ShareFetchResponse(error_code=code)
 
 
 async def handle(ctx, req) -> ShareFetchResponse:

@@ -27,6 +27,10 @@ def test_open_then_epochs_advance_across_requests():
     assert c.check_epoch("g", "m", -1) is s  # close matches any epoch
     c.advance(s, forgotten=[(T, 0)])
     assert list(s.partitions) == [(T, 1)]
+    # Added and forgotten in one request: not new (Kafka's ShareSession.update adds, then
+    # removes, and answers only what the session still holds).
+    assert c.advance(s, added=[(T, 2)], forgotten=[(T, 2)]) == []
+    assert list(s.partitions) == [(T, 1)]
 
 
 def test_unknown_session_and_acknowledge_cannot_open():

@@ -743,6 +743,23 @@ def test_initialize_from_persisted_state():
     check_counts(sp)
 
 
+def test_a_hole_left_by_a_load_is_acquired_like_new_records():
+    """Kafka acquires the offsets between persisted batches as new records: up to MaxRecords at
+    a log-batch boundary, in BatchSize chunks. It was handed out whole, as one range."""
+    sp = SharePartition(clock=FakeClock(), lock_duration_ms=LOCK_MS)
+    sp.initialize(0, 1, [(1000, 1009, ACKNOWLEDGED, 1)])
+    log = [(b, b + 99) for b in range(0, 1000, 100)] + [(1000, 1009)]
+    r = acquire(sp, "m", log, max_records=450, batch_size=200)
+    assert r.ranges == [(0, 199, 1), (200, 399, 1), (400, 499, 1)]
+    assert sp.next_fetch_offset() == 500
+    r = acquire(sp, "n", log[5:], max_records=500, batch_size=500)
+    assert r.ranges == [(500, 999, 1)]
+    ack(sp, "m", (0, 499, [ACCEPT]))
+    ack(sp, "n", (500, 999, [ACCEPT]))
+    assert (sp.start_offset, sp.delivery_complete_count) == (1010, 0)
+    check_counts(sp)
+
+
 def test_initialize_rejects_bad_state():
     sp = SharePartition(clock=FakeClock())
     with pytest.raises(ShareStateError):

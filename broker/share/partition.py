@@ -19,7 +19,8 @@ acquisition and acknowledgement therefore cost O(ranges touched), not O(records)
 
 Deliberate differences from Kafka 4.2:
 * holes in the persisted state are cached as AVAILABLE ranges with delivery count 0 instead of
-  Kafka's "persister read gap window"; they are fetched first and block the SPSO the same way;
+  Kafka's "persister read gap window"; they are fetched first, acquired like new records
+  (``_acquire_hole``), and block the SPSO the same way;
 * releasing a member's records keeps the delivery count (KAFKA-19972, NO_OP), so a record at
   the delivery limit is archived;
 * a rollback after the lock expired makes the record AVAILABLE, or ARCHIVED if it is at the
@@ -476,7 +477,7 @@ class SharePartition:
             key = cache.keys()[idx]
             if cache[key].last >= first_base:
                 start_key = key
-        for key in cache.irange(start_key, last_to_acquire):
+        for key in list(cache.irange(start_key, last_to_acquire)):
             if acquired >= budget:
                 break
             e = cache[key]
@@ -486,6 +487,11 @@ class SharePartition:
             if throttle and acquired > 0:
                 stopped = True  # deliver the suspect records apart from the others
                 break
+            if full and not record_limit and e.count == 0 and e.states is None and e.state == AVAILABLE \
+                    and not e.pending:
+                acquired += self._acquire_hole(e, member_id, log_batches, batch_size, budget - acquired,
+                                               deadline, ranges)
+                continue
             if not full or e.states is not None or subset or throttle:
                 if e.states is None:
                     if e.state != AVAILABLE or e.pending:
@@ -654,6 +660,21 @@ class SharePartition:
             ranges.append((a, b, 1))
         n = last - start + 1
         self._acquired += n
+        return n
+
+    def _acquire_hole(
+        self, e: InFlightBatch, member_id: str, log_batches: Sequence[LogBatch], batch_size: int,
+        remaining: int, deadline: float, ranges: list[AcquiredRange],
+    ) -> int:
+        """Acquire a never-delivered hole a load left between persisted batches (``initialize``).
+
+        Kafka acquires such offsets as new records: up to ``remaining`` at a log-batch boundary,
+        in BatchSize chunks. What is left of the hole stays AVAILABLE with delivery count 0."""
+        del self._cache[e.first]
+        n = self._acquire_new(member_id, log_batches, e.first, e.last, batch_size, False, remaining, deadline, ranges)
+        if e.first + n <= e.last:
+            self._cache[e.first + n] = InFlightBatch(e.first + n, e.last, AVAILABLE, 0)
+            self._find_next = True
         return n
 
     def _archive_stale(self, fetch_offset: int, base_offset: int) -> bool:

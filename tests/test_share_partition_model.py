@@ -420,13 +420,14 @@ class SharePartitionMachine(RuleBasedStateMachine):
             target = ARCHIVED if o < self.spso or r.count >= self.max_delivery else AVAILABLE
             r.state, r.member = target, None
             changes[o] = (target, r.count)
+        written = (self.spso, self.m_dcc())  # Kafka writes these before the SPSO moves
         self.m_advance()
         if not changes:
             assert t is None
             return
         assert not t.pending
         assert expand(t.state_batches) == changes
-        assert (t.start_offset, t.delivery_complete_count) == (self.spso, self.m_dcc())
+        assert (t.start_offset, t.delivery_complete_count) == written
 
     @precondition(lambda self: self.lso < self.log_end)
     @rule(data=st.data())

@@ -93,7 +93,7 @@ class ShareSessionCache:
         for tp in forgotten:
             session.partitions.pop(tp, None)
         session.epoch = next_epoch(session.epoch)
-        return [tp for tp in new if tp in session.partitions] if forgotten else new
+        return [tp for tp in new if tp in session.partitions]  # added, then forgotten: not new
 
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
         return self._sessions.pop((group_id, member_id), None)

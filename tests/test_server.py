@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from kio.serial import entity_reader, entity_writer
 from kio.schema.response_header.v0.header import ResponseHeader as KioResponseHeader
 
-from broker.handlers import REGISTRY, supported_api_versions
+from broker.handlers import REGISTRY, build_registry, init_producer_id, supported_api_versions
 from broker.log.checkpoint import CLEAN_SHUTDOWN_MARKER
 from protocol.framing import request_frame, request_header_version, response_header_version
 from protocol import messages
@@ -51,6 +51,7 @@ from tests.test_produce_support import batch, create_topic, fetch_request, produ
 pytestmark = pytest.mark.e2e
 
 API_VERSIONS, METADATA, INCREMENTAL_ALTER_CONFIGS = 18, 3, 44
+LIST_OFFSETS, INIT_PRODUCER_ID = 2, 22
 MAX_REQUEST_BYTES = 1024
 AV = REGISTRY[API_VERSIONS]
 
@@ -155,6 +156,24 @@ def test_unsupported_version_of_known_api_closes_connection(broker, version):
         c.send_raw(framed(header_bytes(METADATA, version, 1) + b"\x00" * 8))
         assert c.is_closed_by_broker()
     assert_serves(broker.bootstrap)
+
+
+def test_a_version_the_schema_marks_unstable_is_not_served(broker):
+    # InitProducerId v6 (2PC) is "latestVersionUnstable": Kafka 4.2 serves it only with
+    # unstable.api.versions.enable, default false.
+    unstable = messages.VALID_VERSIONS[INIT_PRODUCER_ID][1]
+    assert REGISTRY[INIT_PRODUCER_ID].max_version == messages.STABLE_MAX_VERSION[INIT_PRODUCER_ID] == unstable - 1
+    assert messages.STABLE_MAX_VERSION[LIST_OFFSETS] == messages.VALID_VERSIONS[LIST_OFFSETS][1]  # explicitly false
+    with RawClient(broker.bootstrap) as c:
+        c.send_raw(framed(header_bytes(INIT_PRODUCER_ID, unstable, 1) + b"\x00" * 8))
+        assert c.is_closed_by_broker()
+    assert_serves(broker.bootstrap)
+
+
+def test_the_registry_refuses_a_handler_advertising_an_unstable_version(monkeypatch):
+    monkeypatch.setattr(init_producer_id, "MAX_VERSION", messages.VALID_VERSIONS[INIT_PRODUCER_ID][1])
+    with pytest.raises(ValueError, match="unstable"):
+        build_registry(["init_producer_id"])
 
 
 @pytest.mark.parametrize("version", range(AV.min_version, AV.max_version + 1))

@@ -2,8 +2,9 @@
 
 Each module declares ``API_KEY``, ``MIN_VERSION``, ``MAX_VERSION`` and
 ``async def handle(ctx, request) -> response | None``; request and response classes come from
-the generated protocol package. Registering the same key twice, or a version range the schema
-does not have, fails at import time rather than on the wire.
+the generated protocol package. Registering the same key twice, a version range the schema
+does not have, or a version the schema marks unstable (Kafka serves those only with
+``unstable.api.versions.enable``, default false), fails at import time rather than on the wire.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def build_registry(module_names: list[str]) -> dict[int, Handler]:
         lo, hi = messages.VALID_VERSIONS[key]
         if not lo <= mod.MIN_VERSION <= mod.MAX_VERSION <= hi:
             raise ValueError(f"{name}: versions {mod.MIN_VERSION}-{mod.MAX_VERSION} outside the schema's {lo}-{hi}")
+        if mod.MAX_VERSION > messages.STABLE_MAX_VERSION[key]:
+            raise ValueError(f"{name}: version {mod.MAX_VERSION} is unstable in the schema; Kafka does not advertise it")
         registry[key] = Handler(
             key, name, mod.MIN_VERSION, mod.MAX_VERSION,
             messages.load(req_mod, req_cls), messages.load(resp_mod, resp_cls), mod.handle,

@@ -20,7 +20,7 @@ from protocol.errors import ErrorCode
 from protocol.messages.init_producer_id_response import InitProducerIdResponse
 
 API_KEY = 22
-MIN_VERSION, MAX_VERSION = 0, 6
+MIN_VERSION, MAX_VERSION = 0, 5
 
 log = logging.getLogger("kshare.init_producer_id")
 

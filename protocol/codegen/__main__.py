@@ -49,6 +49,11 @@ def _index(schemas: list[Schema], package: str) -> str:
             req = apis[key]["request"]
             lines.append(f"    {key}: ({req.valid.lo}, {req.valid.hi}),")
         lines.append("}")
+        lines.append("# api key -> last version Kafka serves with unstable.api.versions.enable=false (its default)")
+        lines.append("STABLE_MAX_VERSION = {")
+        for key in sorted(apis):
+            lines.append(f"    {key}: {apis[key]['request'].stable_hi},")
+        lines.append("}")
         lines.append("# api key -> first flexible version of the request (None: never flexible)")
         lines.append("FIRST_FLEXIBLE = {")
         for key in sorted(apis):

@@ -125,6 +125,11 @@ class Schema:
     flexible: Versions
     top: Struct
     structs: list[Struct] = field(default_factory=list)  # every struct, nested ones first
+    latest_unstable: bool = False  # Kafka serves the last version only with unstable.api.versions.enable
+
+    @property
+    def stable_hi(self) -> int:
+        return self.valid.hi - 1 if self.latest_unstable else self.valid.hi
 
     @property
     def module(self) -> str:
@@ -196,6 +201,7 @@ def load(path: Path) -> Schema:
         flexible=Versions.parse(raw.get("flexibleVersions"), NONE),
         top=top,
         structs=_topo_order(ordered),
+        latest_unstable=raw.get("latestVersionUnstable", False),
     )
 
 

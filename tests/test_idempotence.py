@@ -17,6 +17,13 @@ def test_producer_ids_are_unique_across_restarts_and_transactions_are_refused(br
         txn = init_producer_id(c, transactional_id="my-txn")
         assert txn.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         assert init_producer_id(c, transactional_id="").error_code == ErrorCode.INVALID_REQUEST
+        # v3+: an id without an epoch, or the reverse, is malformed; both together get a new id
+        for v in (3, 4, 5):
+            assert init_producer_id(c, version=v, producer_id=ids[0]).error_code == ErrorCode.INVALID_REQUEST
+            assert init_producer_id(c, version=v, producer_epoch=0).error_code == ErrorCode.INVALID_REQUEST
+            bumped = init_producer_id(c, version=v, producer_id=ids[0], producer_epoch=0)
+            assert bumped.error_code == 0 and bumped.producer_id not in ids and bumped.producer_epoch == 0
+            ids.append(bumped.producer_id)
     b.kill()  # a crash must not hand out an id twice either
     b.start()
     with RawClient(b.bootstrap) as c:

@@ -110,7 +110,8 @@ def list_offset(client, topic: str, timestamp: int, *, partition=0, version=9, i
     return p
 
 
-def init_producer_id(client, *, version=4, transactional_id=None):
+def init_producer_id(client, *, version=4, transactional_id=None, producer_id=-1, producer_epoch=-1):
     return client.request(INIT_PRODUCER_ID, version, InitProducerIdRequest(
         transactional_id=transactional_id, transaction_timeout_ms=60000,
+        producer_id=producer_id, producer_epoch=producer_epoch,
     ))

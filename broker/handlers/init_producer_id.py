@@ -9,7 +9,8 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED: the code Kafka uses to deny a client the 
 transactional id. Every client treats it as fatal, so ``init_transactions()`` fails at once
 with a clear cause instead of retrying until it times out (InitProducerIdResponse has no
 message field; the broker logs the reason). An empty transactional id is INVALID_REQUEST, as
-in Kafka's TransactionCoordinator.
+in Kafka's TransactionCoordinator, and so is (v3+) a ProducerId without a ProducerEpoch or the
+reverse, as KafkaApis checks before asking the coordinator.
 """
 
 from __future__ import annotations
@@ -37,5 +38,7 @@ async def handle(ctx, req) -> InitProducerIdResponse:
         return InitProducerIdResponse(
             error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1, producer_epoch=-1
         )
+    if (req.producer_id == -1) != (req.producer_epoch == -1):
+        return InitProducerIdResponse(error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
     pid = ctx.broker.producer_ids.next_id()
     return InitProducerIdResponse(error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)

@@ -268,8 +268,9 @@ def _fill_one_batch_per_segment(log, timestamps):
     assert len(log.segments) == len(timestamps)
 
 
-def test_retention_by_time_never_deletes_the_active_segment(make_store):
-    log = make_store(segment_bytes=1, retention_ms=5000).create("t", 0, TOPIC_ID, None)
+def test_retention_by_time_deletes_the_active_segment_too(make_store, kind):
+    store = make_store(segment_bytes=1, retention_ms=5000)
+    log = store.create("t", 0, TOPIC_ID, None)
     _fill_one_batch_per_segment(log, [1000, 2000, 3000, 9000, 1500])
     # now=8500: segments whose max timestamp is older than 3500 go, stopping at the first
     # one to keep (like Kafka), so 1500 in the active segment does not matter
@@ -279,10 +280,20 @@ def test_retention_by_time_never_deletes_the_active_segment(make_store):
     with pytest.raises(OffsetOutOfRange):
         log.read(2, 100)
     assert log.read(3, 1 << 20).batches[0].base_offset == 3
-    assert log.apply_retention(10**9) == 1  # everything expired: the active segment stays
-    assert [s.base_offset for s in log.segments] == [4]
-    assert (log.start_offset, log.end_offset) == (4, 5)
+    # Everything expired: as Kafka's deletableSegments, the active segment goes too (an idle
+    # partition's data must not outlive retention.ms); a roll first leaves an empty one.
+    assert log.apply_retention(10**9) == 2
+    assert [(s.base_offset, s.size) for s in log.segments] == [(5, 0)]
+    assert (log.start_offset, log.end_offset) == (5, 5)
+    assert log.read(5, 100).batches == []
+    assert log.apply_retention(10**9) == 0  # an empty last segment is never deleted
+    if kind == "file":  # the emptied log reopens where it was
+        close_store(store)
+        store = make_store(segment_bytes=1, retention_ms=5000)
+        log = store.get("t", 0)
+        assert (log.start_offset, log.end_offset) == (5, 5)
     assert append(log, make_batch(1)).first_offset == 5
+    assert log.read(5, 1 << 20).batches[0].base_offset == 5
 
 
 def test_retention_by_bytes(make_store):
@@ -306,7 +317,16 @@ def test_retention_respects_policy_and_unlimited(make_store):
     log.config = LogConfig(segment_bytes=1, retention_ms=-1, retention_bytes=-1)
     assert log.apply_retention(10**12) == 0
     log.config = LogConfig(segment_bytes=1, retention_ms=10)
-    assert log.apply_retention(10**12) == 2
+    assert log.apply_retention(10**12) == 3
+
+
+def test_retention_bytes_zero_empties_the_log(make_store):
+    log = make_store(segment_bytes=10**6, retention_bytes=0).create("t", 0, TOPIC_ID, None)
+    for i in range(3):
+        append(log, make_batch(2, value_size=50, tag=i))
+    assert len(log.segments) == 1
+    assert log.apply_retention(0) == 1
+    assert (log.start_offset, log.end_offset, log.size) == (6, 6, 0)
 
 
 def test_delete_records_before(make_store):

@@ -412,25 +412,44 @@ class Log:
         self._drop_segments_below_start()
 
     def apply_retention(self, now_ms: int) -> int:
-        """Delete old segments by retention.ms / retention.bytes; the active one always stays."""
-        segs = self._segments
+        """Delete old segments by retention.ms, then retention.bytes.
+
+        As Kafka's ``deletableSegments``, the active segment counts too unless it is empty: an
+        idle partition's last records expire like any others. Deleting every segment rolls
+        first, so the log keeps one empty segment at its end offset, where the start moves.
+        """
         cfg = self.config
         deleted = 0
         if cfg.deletes:
             if cfg.retention_ms >= 0:
-                while len(segs) > 1 and now_ms - segs[0].largest_timestamp > cfg.retention_ms:
-                    self._delete_oldest_segment("retention.ms")
-                    deleted += 1
+                deleted += self._delete_oldest_while(
+                    lambda seg: now_ms - seg.largest_timestamp > cfg.retention_ms, "retention.ms")
             if cfg.retention_bytes >= 0:
                 excess = self.size - cfg.retention_bytes
-                while len(segs) > 1 and excess >= segs[0].size:
-                    excess -= segs[0].size
-                    self._delete_oldest_segment("retention.bytes")
-                    deleted += 1
+
+                def over_size(seg: Segment) -> bool:
+                    nonlocal excess
+                    if excess < seg.size:
+                        return False
+                    excess -= seg.size
+                    return True
+
+                deleted += self._delete_oldest_while(over_size, "retention.bytes")
         deleted += self._drop_segments_below_start()
+        segs = self._segments
         if segs[0].base_offset > self.start_offset:
             self._set_start_offset(segs[0].base_offset)
         return deleted
+
+    def _delete_oldest_while(self, breached, reason: str) -> int:
+        segs = self._segments
+        n = 0
+        while segs[0].size and breached(segs[0]):
+            if len(segs) == 1:
+                self.roll()
+            self._delete_oldest_segment(reason)
+            n += 1
+        return n
 
     def _drop_segments_below_start(self) -> int:
         n = 0

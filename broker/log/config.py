@@ -6,11 +6,17 @@ overrides, exactly as Kafka resolves them, so config code only has to hand over 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
+
+from protocol.compression import GZIP, LZ4, NONE, SNAPPY, ZSTD
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
+
+PRODUCER = "producer"
+# compression.type values (Kafka's BrokerCompressionType) and the codec ids batches carry.
+TARGET_CODECS = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
@@ -31,6 +37,16 @@ class LogConfig:
     message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
     cleanup_policy: str = "delete"  # cleanup.policy (comma separated)
     max_message_bytes: int = 1048588  # max.message.bytes (largest batch accepted)
+    compression_type: str = PRODUCER  # compression.type
+    compression_gzip_level: int = -1  # compression.gzip.level (-1: zlib's default)
+    compression_lz4_level: int = 9  # compression.lz4.level
+    compression_zstd_level: int = 3  # compression.zstd.level
+    # The codec id compression.type names, or -1 for 'producer': resolved once per config so the
+    # produce hot path compares two ints instead of looking a name up.
+    target_codec: int = field(init=False, default=-1)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "target_codec", TARGET_CODECS.get(self.compression_type, -1))
 
     @property
     def log_append_time(self) -> bool:
@@ -40,6 +56,18 @@ class LogConfig:
     def deletes(self) -> bool:
         """Whether time/size retention applies (``delete`` is in cleanup.policy)."""
         return "delete" in {p.strip() for p in self.cleanup_policy.split(",")}
+
+    @property
+    def compression_level(self) -> int | None:
+        """The level of ``target_codec`` (None: the codec has no level or uses its default)."""
+        codec = self.target_codec
+        if codec == GZIP:
+            return None if self.compression_gzip_level == -1 else self.compression_gzip_level
+        if codec == LZ4:
+            return self.compression_lz4_level
+        if codec == ZSTD:
+            return self.compression_zstd_level
+        return None
 
     def with_overrides(self, topic_props: Mapping[str, Any]) -> LogConfig:
         """This config with topic-level properties (Kafka names, e.g. ``retention.ms``) applied."""
@@ -90,6 +118,10 @@ TOPIC_PROPERTY_TO_FIELD: dict[str, str] = {
     "message.timestamp.type": "message_timestamp_type",
     "cleanup.policy": "cleanup_policy",
     "max.message.bytes": "max_message_bytes",
+    "compression.type": "compression_type",
+    "compression.gzip.level": "compression_gzip_level",
+    "compression.lz4.level": "compression_lz4_level",
+    "compression.zstd.level": "compression_zstd_level",
 }
 
 # Broker property (and multiplier to milliseconds) in Kafka's precedence order, per topic config.
@@ -109,10 +141,14 @@ TOPIC_TO_BROKER_PROPERTIES: dict[str, tuple[tuple[str, int], ...]] = {
     "message.timestamp.type": (("log.message.timestamp.type", 1),),
     "cleanup.policy": (("log.cleanup.policy", 1),),
     "max.message.bytes": (("message.max.bytes", 1),),
+    "compression.type": (("compression.type", 1),),
+    "compression.gzip.level": (("compression.gzip.level", 1),),
+    "compression.lz4.level": (("compression.lz4.level", 1),),
+    "compression.zstd.level": (("compression.zstd.level", 1),),
 }
 
 def _convert(attr: str, value: Any) -> Any:
-    if attr in ("message_timestamp_type", "cleanup_policy"):
+    if attr in ("message_timestamp_type", "cleanup_policy", "compression_type"):
         if isinstance(value, (list, tuple)):
             return ",".join(value)
         return str(value).strip()

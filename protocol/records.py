@@ -2,7 +2,8 @@
 
 The broker treats produced batches as opaque bytes: it reads the 61-byte header, checks the CRC
 and rewrites the base offset in place. Only internal topics, the deep check
-(:func:`validate_records`) and tests decode individual records.
+(:func:`validate_records`), a topic whose compression.type differs from the producer's codec
+(:func:`recompress_batch`) and tests decode individual records.
 
 Layout of a batch header (big-endian)::
 
@@ -496,6 +497,7 @@ def build_batch(
     partition_leader_epoch: int = -1,
     timestamp_type: int = 0,
     timestamp_ms: int | None = None,
+    compression_level: int | None = None,
 ) -> bytes:
     """Encode one v2 batch, as Kafka's ``MemoryRecordsBuilder`` lays it out.
 
@@ -504,6 +506,7 @@ def build_batch(
     ``base_offset`` + 0, 1, 2...; a record's own ``offset`` is ignored. ``timestamp_ms`` is the
     timestamp of records that have none (default: now) and, with ``timestamp_type=1``
     (LogAppendTime), the batch's ``maxTimestamp``. ``baseTimestamp`` is the first record's.
+    ``compression_level`` is the codec's level (None: its default).
     """
     if timestamp_ms is None:
         timestamp_ms = int(time.time() * 1000)
@@ -545,7 +548,7 @@ def build_batch(
         raise ValueError("a record batch needs at least one record")
     if timestamp_type == 1:
         max_ts = timestamp_ms
-    payload = codecs.compress(compression, body) if compression else body
+    payload = codecs.compress(compression, body, compression_level) if compression else body
     attributes = compression | (TIMESTAMP_TYPE_MASK if timestamp_type == 1 else 0)
     if is_transactional:
         attributes |= TRANSACTIONAL_FLAG
@@ -559,6 +562,27 @@ def build_batch(
     )
     _CRC.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
+
+
+def recompress_batch(buf, codec: int, level: int | None = None, *,
+                     max_decompressed: int = codecs.DEFAULT_MAX_OUTPUT) -> bytearray:
+    """The batch in ``buf`` rewritten with ``codec``, for a topic whose compression.type differs
+    from the producer's (Kafka's ``LogValidator.buildRecordsAndAssignOffsets``).
+
+    Decodes every record (so malformed records fail as :func:`iter_records` says) and keeps what
+    the producer state and readers rely on: producer id, epoch and base sequence, the
+    transactional and control flags, the timestamp type, and each record's timestamp, key, value
+    and headers. Offset deltas become 0..n-1, as Kafka renumbers them. Returns a writable buffer
+    (the log patches offsets in place).
+    """
+    h, records = _decode_batch(buf, 0, max_decompressed)
+    return bytearray(build_batch(
+        records, base_offset=h.base_offset, compression=codec, compression_level=level,
+        producer_id=h.producer_id, producer_epoch=h.producer_epoch, base_sequence=h.base_sequence,
+        is_transactional=h.is_transactional, is_control=h.is_control,
+        partition_leader_epoch=h.partition_leader_epoch, timestamp_type=1 if h.log_append_time else 0,
+        timestamp_ms=h.max_timestamp,
+    ))
 
 
 def _write_nullable(out: bytearray, data) -> None:

@@ -9,7 +9,10 @@ which wakes long-polling fetches (and anyone else who waits for new data).
 Append of one produced batch, in Kafka's order (ReplicaManager, Partition, UnifiedLog,
 LogValidator, ProducerStateManager): transactional batches are refused (no transactions yet),
 acks=-1 with min.insync.replicas > 1, max.message.bytes, keys on compacted topics, timestamps,
-then the producer checks, then the write, then the producer-state update.
+the rewrite into the topic's compression.type when it names another codec than the batch's
+(and max.message.bytes again on the result), then the producer checks, then the write, then the
+producer-state update. With compression.type=producer (the default) or a matching codec the
+batch is stored as sent, with no per-record work.
 
 Timestamps are checked from the batch header on the hot path (``baseTimestamp`` is the first
 record's and ``maxTimestamp`` the largest): the records are decoded, to name the offending ones
@@ -37,6 +40,8 @@ from protocol.records import (
     CorruptRecordError,
     InvalidRecordError,
     iter_records,
+    parse_header,
+    recompress_batch,
     validate_records,
 )
 
@@ -201,6 +206,8 @@ class Partitions:
                 raise AppendError(ErrorCode(e.error_code), log_message=str(e)) from None
         if not cfg.log_append_time:
             self._check_timestamps(configs, lg, data, h, now_ms)
+        if cfg.target_codec >= 0 and cfg.target_codec != h.compression:
+            data, h = self._recompress(lg, data)
 
         # Loaded on every partition's first append (not only idempotent ones) so that every later
         # segment roll leaves a snapshot: that is what bounds the next start-up's replay.
@@ -225,6 +232,24 @@ class Partitions:
             info.first_offset, info.log_append_time_ms, info.start_offset,
             flush_upto=info.last_offset + 1 if info.needs_flush else None,
         )
+
+    @staticmethod
+    def _recompress(lg: PartitionLog, data) -> tuple[bytearray, BatchHeader]:
+        """The batch in the topic's compression.type, checked against max.message.bytes again
+        since its size changed (Kafka's UnifiedLog re-checks after LogValidator rebuilt it)."""
+        cfg = lg.config
+        try:
+            data = recompress_batch(data, cfg.target_codec, cfg.compression_level)
+        except CorruptRecordError as e:  # records that do not parse: Kafka's unknown append info
+            raise AppendError(ErrorCode(e.error_code), log_message=str(e)) from None
+        h = parse_header(data)
+        if h.size > cfg.max_message_bytes:
+            raise AppendError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                log_message=f"Message batch size is {h.size} bytes in append to partition {lg.topic}-"
+                f"{lg.partition} which exceeds the maximum configured size of {cfg.max_message_bytes}.",
+            )
+        return data, h
 
     def append(self, lg: PartitionLog, data, headers: list[BatchHeader]):
         """Append already-validated batches (coordinators' internal records); wakes waiters.

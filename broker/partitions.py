@@ -10,8 +10,8 @@ Append of one produced batch, in Kafka's order (ReplicaManager, Partition, Unifi
 LogValidator, ProducerStateManager): transactional batches are refused (no transactions yet),
 acks=-1 with min.insync.replicas > 1, max.message.bytes, keys on compacted topics, timestamps,
 the rewrite into the topic's compression.type when it names another codec than the batch's
-(and max.message.bytes again on the result), then the producer checks, then the write, then the
-producer-state update. With compression.type=producer (the default) or a matching codec the
+(and max.message.bytes again on the result), segment.bytes, then the producer checks, then the
+write, then the producer-state update. With compression.type=producer (the default) or a matching codec the
 batch is stored as sent, with no per-record work.
 
 Timestamps are checked from the batch header on the hot path (``baseTimestamp`` is the first
@@ -208,6 +208,12 @@ class Partitions:
             self._check_timestamps(configs, lg, data, h, now_ms)
         if cfg.target_codec >= 0 and cfg.target_codec != h.compression:
             data, h = self._recompress(lg, data)
+        if h.size > cfg.segment_bytes:  # it could never fit a segment (max.message.bytes may allow it)
+            raise AppendError(
+                ErrorCode.RECORD_LIST_TOO_LARGE,
+                log_message=f"Message batch size is {h.size} bytes in append to partition {lg.topic}-{lg.partition}, "
+                f"which exceeds the maximum configured segment size of {cfg.segment_bytes}.",
+            )
 
         # Loaded on every partition's first append (not only idempotent ones) so that every later
         # segment roll leaves a snapshot: that is what bounds the next start-up's replay.

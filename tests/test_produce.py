@@ -111,6 +111,15 @@ async def test_message_too_large_uses_the_topic_override(local):
     assert (await produce_one(local, "t", batch([b"x" * 50]))).error_code == 0
 
 
+async def test_a_batch_larger_than_a_segment_is_refused(local):
+    # Kafka's UnifiedLog.append: RecordBatchTooLargeException, even where max.message.bytes allows it
+    local.topics.create("t", 1, {"segment.bytes": str(1 << 20), "max.message.bytes": str(4 << 20)})
+    p = await produce_one(local, "t", batch([b"x" * (1 << 20)]))
+    assert (p.error_code, p.log_start_offset, p.error_message) == (ErrorCode.RECORD_LIST_TOO_LARGE, -1, None)
+    assert local.store.get("t", 0).end_offset == 0
+    assert (await produce_one(local, "t", batch([b"x" * 1000]))).error_code == 0
+
+
 async def test_record_checks_map_to_corrupt_message_and_invalid_record(local):
     local.topics.create("t", 1)
     bad = bytearray(batch([b"a"]))

@@ -48,7 +48,7 @@ from protocol.records import (
 from .log import KafkaStorageError, RecordTooLarge
 from .log.config import LONG_MAX
 from .producer_snapshots import SnapshotFiles
-from .producer_state import CorruptSnapshotError, ProducerStateError, ProducerStateManager
+from .producer_state import CorruptSnapshotError, ProducerStateConfig, ProducerStateError, ProducerStateManager
 
 if TYPE_CHECKING:
     from protocol.records import BatchHeader
@@ -147,6 +147,9 @@ class Partitions:
         self.config = config
         self.clock_ms = clock_ms
         self._producers: dict[tuple[str, int], _ProducerSlot] = {}
+        # Shared by every partition's state, so a dynamic producer.id.expiration.ms applies at once.
+        self.producer_config = ProducerStateConfig(self._expiration_ms())
+        config.on_change(self._config_changed)
         self.shutting_down = False
         self._waiting: dict[tuple, int] = {}  # keys of in-flight long polls (to wake them at shutdown)
         self._expiry_task: asyncio.Task | None = None
@@ -344,10 +347,19 @@ class Partitions:
     def _expiration_ms(self) -> int:
         return int(self.config["producer.id.expiration.ms"])
 
+    def _config_changed(self, names: set[str]) -> None:
+        """BrokerConfig listener: reconfigure the shared producer-state settings."""
+        if "producer.id.expiration.ms" in names:
+            new = self._expiration_ms()
+            if new != self.producer_config.expiration_ms:
+                log.info("Reconfigure producer.id.expiration.ms from %d to %d",
+                         self.producer_config.expiration_ms, new)
+                self.producer_config.expiration_ms = new
+
     def _load(self, lg: PartitionLog) -> _ProducerSlot:
         now = self.clock_ms()
         name = f"{lg.topic}-{lg.partition}"
-        state = ProducerStateManager(name, self._expiration_ms())
+        state = ProducerStateManager(name, self.producer_config)
         directory = getattr(lg, "directory", None)
         files = SnapshotFiles(directory) if directory else None
         end = lg.end_offset

@@ -101,17 +101,35 @@ class ProducerEntry:
         return None
 
 
-class ProducerStateManager:
-    """Producer entries of one partition; ``map_end_offset`` is the log offset they reflect."""
+@dataclass(slots=True)
+class ProducerStateConfig:
+    """Settings shared by every partition's ``ProducerStateManager`` and read at each use.
 
-    def __init__(self, partition: str, expiration_ms: int) -> None:
+    One object per broker, as Kafka's ``ProducerStateManagerConfig``: a dynamic change of
+    ``producer.id.expiration.ms`` sets it here and applies at once to every loaded partition.
+    """
+
+    expiration_ms: int
+
+
+class ProducerStateManager:
+    """Producer entries of one partition; ``map_end_offset`` is the log offset they reflect.
+
+    ``config`` is the broker's shared ``ProducerStateConfig`` (an int makes a private one).
+    """
+
+    def __init__(self, partition: str, config: ProducerStateConfig | int) -> None:
         self.partition = partition  # "topic-N", for messages
-        self.expiration_ms = expiration_ms
+        self.config = config if isinstance(config, ProducerStateConfig) else ProducerStateConfig(config)
         self.producers: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0
 
     def __len__(self) -> int:
         return len(self.producers)
+
+    @property
+    def expiration_ms(self) -> int:
+        return self.config.expiration_ms
 
     # -- the produce path ----------------------------------------------------------------------
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from protocol.errors import ErrorCode
 from tests.raw_client import RawClient
 from tests.test_produce_support import batch, create_topic, fetch, init_producer_id, produce, records_of
@@ -141,3 +143,44 @@ def batch_header(pid, epoch, seq):
     from protocol.records import parse_header
 
     return parse_header(batch([b"x"], producer_id=pid, epoch=epoch, seq=seq))
+
+
+# -- producer.id.expiration.ms changed at run time ------------------------------------------------
+
+
+def alter_broker_config(client, name: str, value: str, resource: str = "") -> None:
+    from protocol.messages.incremental_alter_configs_request import (
+        AlterableConfig,
+        AlterConfigsResource,
+        IncrementalAlterConfigsRequest,
+    )
+
+    req = IncrementalAlterConfigsRequest(resources=[AlterConfigsResource(
+        resource_type=4, resource_name=resource,
+        configs=[AlterableConfig(name=name, config_operation=0, value=value)])], validate_only=False)
+    (r,) = client.request(44, 1, req).responses
+    assert r.error_code == 0, r.error_message
+
+
+def test_dynamic_expiration_applies_to_partitions_already_loaded(broker_factory, topic_name):
+    """Kafka's one shared ProducerStateManagerConfig: a new producer.id.expiration.ms applies to
+    every partition at once, not only to those loaded after the change."""
+    b = broker_factory({"producer.id.expiration.check.interval.ms": "200"})
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        pid = init_producer_id(c).producer_id
+        for seq in range(3):  # loads the partition's producer state with the default (one day)
+            assert produce(c, topic_name, batch([b"x"], producer_id=pid, epoch=0, seq=seq)).error_code == 0
+        assert produce(c, topic_name, batch([b"x"], producer_id=pid, epoch=0, seq=9)).error_code == (
+            ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        )
+        alter_broker_config(c, "producer.id.expiration.ms", "500")
+        deadline = time.monotonic() + 10
+        while True:  # the producer expires within expiration + check interval; then any sequence goes
+            r = produce(c, topic_name, batch([b"y"], producer_id=pid, epoch=0, seq=9))
+            if r.error_code == 0 or time.monotonic() > deadline:
+                break
+            assert r.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+            time.sleep(0.2)
+        assert (r.error_code, r.base_offset) == (0, 3)
+    assert "Reconfigure producer.id.expiration.ms from 86400000 to 500" in b.log()

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from broker.producer_state import (
     INT32_MAX,
     CorruptSnapshotError,
+    ProducerStateConfig,
     ProducerStateError,
     ProducerStateManager,
     decode_snapshot,
@@ -109,6 +110,24 @@ def test_expired_producers_are_forgotten():
     lg.append(header(pid=2, ts=NOW + DAY_MS))
     assert lg.state.remove_expired(NOW + DAY_MS) == 1
     assert set(lg.state.producers) == {2}
+
+
+def test_a_shared_config_changes_the_expiration_of_every_manager_at_once():
+    """Kafka's ProducerStateManagerConfig: one object, read on every expiration check."""
+    config = ProducerStateConfig(DAY_MS)
+    managers = [ProducerStateManager(f"t-{i}", config) for i in range(2)]
+    for m in managers:
+        m.update(header(seq=0), 0, NOW)
+    assert [m.remove_expired(NOW + 1000) for m in managers] == [0, 0]
+    config.expiration_ms = 1000
+    assert [m.remove_expired(NOW + 1000) for m in managers] == [1, 1]
+    managers[0].update(header(seq=0), 1, NOW)
+    snapshot = managers[0].encode_snapshot()
+    managers[1].load_snapshot(snapshot, 2, NOW + 999)
+    assert len(managers[1]) == 1
+    config.expiration_ms = 999  # loading a snapshot drops producers expired under the current value
+    managers[1].load_snapshot(snapshot, 2, NOW + 999)
+    assert len(managers[1]) == 0
 
 
 def test_snapshot_round_trip_and_corruption():

@@ -21,10 +21,11 @@ as Kafka's per-record ``record_errors`` do, only when one of them is out of boun
 be older than the first. The header's maxTimestamp is trusted to match the records (Kafka
 recomputes it while validating).
 
-Start-up cost of producer state is bounded: load the newest valid ``.snapshot`` at or below the
-log end (written when a segment rolls and at clean shutdown), then replay batch headers after
-it, i.e. at most the active segment after a crash. With no usable snapshot, the last
-``REPLAY_SEGMENTS`` segments are replayed.
+Start-up cost of producer state is bounded: load the newest valid ``.snapshot`` above the log
+start and at or below the log end (written when a segment rolls and at clean shutdown; others
+are deleted, as Kafka's truncateAndReload does), then replay batch headers after it, i.e. at
+most the active segment after a crash. With no usable snapshot, the last ``REPLAY_SEGMENTS``
+segments are replayed.
 """
 
 from __future__ import annotations
@@ -363,13 +364,22 @@ class Partitions:
         directory = getattr(lg, "directory", None)
         files = SnapshotFiles(directory) if directory else None
         end = lg.end_offset
+        # As Kafka's truncateAndReload: a snapshot is usable only in (log start, log end]. One at
+        # or below the log start describes records deleted (by DeleteRecords or retention), so the
+        # producers it knows are forgotten, as after Kafka's restart. The log start is the one the
+        # log was opened with: Kafka loads at start-up, and keeps in memory the producers whose
+        # records are deleted while it runs.
+        log_start = getattr(lg, "opened_start_offset", lg.start_offset)
         start = None
         if files is not None:
-            for offset in reversed(files.offsets()):
-                if offset > end:
-                    log.info("%s: dropping producer snapshot at %d past the log end %d", name, offset, end)
+            usable = []
+            for offset in files.offsets():
+                if log_start < offset <= end:
+                    usable.append(offset)
+                else:
+                    log.info("%s: dropping producer snapshot at %d outside (%d, %d]", name, offset, log_start, end)
                     files.delete(offset)
-                    continue
+            for offset in reversed(usable):
                 try:
                     state.load_snapshot(files.read(offset), offset, now)
                 except (CorruptSnapshotError, OSError) as e:

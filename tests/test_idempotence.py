@@ -6,7 +6,7 @@ import time
 
 from protocol.errors import ErrorCode
 from tests.raw_client import RawClient
-from tests.test_produce_support import batch, create_topic, fetch, init_producer_id, produce, records_of
+from tests.test_produce_support import batch, create_topic, fetch, init_producer_id, list_offset, produce, records_of
 
 
 def test_producer_ids_are_unique_across_restarts_and_transactions_are_refused(broker_factory):
@@ -184,3 +184,62 @@ def test_dynamic_expiration_applies_to_partitions_already_loaded(broker_factory,
             time.sleep(0.2)
         assert (r.error_code, r.base_offset) == (0, 3)
     assert "Reconfigure producer.id.expiration.ms from 86400000 to 500" in b.log()
+
+
+# -- a producer whose records are all deleted -----------------------------------------------------
+
+
+def snapshot_offsets(b, topic: str) -> list[int]:
+    return sorted(int(p.stem) for p in (b.data_dir / f"{topic}-0").glob("*.snapshot"))
+
+
+def test_producer_whose_records_were_deleted_is_forgotten_at_restart(broker_factory, topic_name):
+    """Kafka's truncateAndReload deletes the snapshots at or below the log start and starts from
+    empty state: after DeleteRecords up to the log end and a restart the producer is unknown and
+    any sequence goes. While the broker runs, it keeps the producer (onLogStartOffsetIncremented
+    leaves the producers alone), also when the partition had not been written since start-up."""
+    from tests.test_delete_records import delete_records
+
+    b = broker_factory()
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        pid = init_producer_id(c).producer_id
+        for seq in range(3):
+            assert produce(c, topic_name, batch([b"x"], producer_id=pid, epoch=0, seq=seq)).error_code == 0
+    b.restart()  # snapshot at 3; the partition's state is loaded again on its first append below
+    with RawClient(b.bootstrap) as c:
+        assert delete_records(c, (topic_name, 0, -1)) == [(topic_name, 0, 0, 3)]
+        gap = produce(c, topic_name, batch([b"y"], producer_id=pid, epoch=0, seq=10))
+        assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # still known in this run
+        assert produce(c, topic_name, batch([b"y"], producer_id=pid, epoch=0, seq=3)).base_offset == 3
+        assert delete_records(c, (topic_name, 0, -1)) == [(topic_name, 0, 0, 4)]
+        gap = produce(c, topic_name, batch([b"z"], producer_id=pid, epoch=0, seq=10))
+        assert gap.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    b.restart()  # clean shutdown: a snapshot at 4, the log start
+    assert 4 in snapshot_offsets(b, topic_name)
+    with RawClient(b.bootstrap) as c:
+        r = produce(c, topic_name, batch([b"z"], producer_id=pid, epoch=0, seq=10))
+        assert (r.error_code, r.base_offset) == (0, 4)
+        assert produce(c, topic_name, batch([b"w"], producer_id=pid, epoch=0, seq=11)).base_offset == 5
+    assert [o for o in snapshot_offsets(b, topic_name) if o <= 4] == []  # deleted, as Kafka does
+
+
+def test_producer_whose_records_expired_by_retention_is_forgotten_at_restart(broker_factory, topic_name):
+    """Retention deletes the active segment too (rolling first), so the log start reaches the log
+    end: same as DeleteRecords, the producer is kept while the broker runs, forgotten at restart."""
+    b = broker_factory({"log.retention.ms": "1000", "log.retention.check.interval.ms": "200"})
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        pid = init_producer_id(c).producer_id
+        for seq in range(3):
+            assert produce(c, topic_name, batch([b"x"], producer_id=pid, epoch=0, seq=seq)).error_code == 0
+        deadline = time.monotonic() + 15
+        while list_offset(c, topic_name, -2).offset != 3:  # EARLIEST reaches the log end
+            assert time.monotonic() < deadline, "retention did not delete the records"
+            time.sleep(0.2)
+        gap = produce(c, topic_name, batch([b"y"], producer_id=pid, epoch=0, seq=10))
+        assert (gap.error_code, gap.log_start_offset) == (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, 3)
+    b.restart()
+    with RawClient(b.bootstrap) as c:
+        r = produce(c, topic_name, batch([b"y"], producer_id=pid, epoch=0, seq=10))
+        assert (r.error_code, r.base_offset) == (0, 3)

@@ -89,6 +89,9 @@ class Log:
         self._on_start_offset_changed = on_start_offset_changed
         first = segments[0].base_offset
         self.start_offset = first if start_offset is None else max(start_offset, first)
+        # The log start when the log was opened: producer state is loaded against it (Kafka loads
+        # it at start-up, before DeleteRecords or retention can move the start; kshare lazily).
+        self.opened_start_offset = self.start_offset
         end = self.end_offset
         rp = end if recovery_point is None else min(recovery_point, end)
         self._committer = GroupCommit(self._prepare_flush, durable=rp, executor=executor)

@@ -67,6 +67,16 @@ def validate_topic_name(name: str) -> None:
         )
 
 
+def unknown_topic_error(name: str) -> ErrorCode:
+    """Kafka's answer for a name it has no topic for: INVALID_TOPIC_EXCEPTION when the name
+    could never be a topic (Topic.validate fails), else UNKNOWN_TOPIC_OR_PARTITION."""
+    try:
+        validate_topic_name(name)
+    except KafkaError:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
 def _collision_key(name: str) -> str:
     """Kafka refuses names that differ only by '.' vs '_' (metric names would collide)."""
     return name.replace(".", "_")

@@ -115,6 +115,22 @@ def test_metadata_topic_ids_from_v12_and_invalid_before(client, topic_name):
         assert rows == [(topic_name, known, 0)]  # the connection is still served
 
 
+
+def test_metadata_for_missing_topics_not_created_validates_names_and_knows_internal_ones(broker_factory):
+    """Kafka's getTopicMetadata, when a topic is not auto-created (the broker's setting or the
+    request's flag): INVALID_TOPIC_EXCEPTION for a name Topic.validate refuses, else
+    UNKNOWN_TOPIC_OR_PARTITION, with IsInternal from Topic.isInternal."""
+    b = broker_factory({"auto.create.topics.enable": "false"})
+    names = ["bad name!", "a" * 300, "..", "no-such", "__transaction_state"]
+    expected = [(n, 17, False) for n in names[:3]] + [("no-such", 3, False), ("__transaction_state", 3, True)]
+    with RawClient(b.bootstrap) as c:
+        for allow in (True, False):
+            resp = c.request(METADATA, 12, MetadataRequest(topics=[MetadataRequestTopic(name=n) for n in names],
+                                                           allow_auto_topic_creation=allow))
+            assert [(t.name, t.error_code, t.is_internal) for t in resp.topics] == expected
+            assert all(t.topic_id == ZERO_UUID and t.partitions == [] for t in resp.topics)
+
+
 # --- CreateTopics -------------------------------------------------------------------------------
 
 def test_create_topics_v7_result_carries_id_counts_and_configs(client, topic_name):

@@ -10,7 +10,7 @@ an explicit list, or a negative cursor partition, makes the whole request INVALI
 
 from __future__ import annotations
 
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import ErrorCode
 from protocol.messages.describe_topic_partitions_response import (
     Cursor,
     DescribeTopicPartitionsResponse,
@@ -22,7 +22,7 @@ from protocol.primitives import ZERO_UUID
 from ..authz import TOPIC_OPERATIONS
 from ..partitions import leader_of
 from ..topic_configs import broker_value
-from ..topics import INTERNAL_TOPICS, validate_topic_name
+from ..topics import INTERNAL_TOPICS, unknown_topic_error
 
 API_KEY = 75
 MIN_VERSION, MAX_VERSION = 0, 0
@@ -39,12 +39,7 @@ def _invalid_request(req) -> DescribeTopicPartitionsResponse:
 
 
 def _missing(name: str) -> DescribeTopicPartitionsResponseTopic:
-    try:
-        validate_topic_name(name)
-        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    except KafkaError:
-        code = ErrorCode.INVALID_TOPIC_EXCEPTION
-    return DescribeTopicPartitionsResponseTopic(error_code=code, name=name, topic_id=ZERO_UUID,
+    return DescribeTopicPartitionsResponseTopic(error_code=unknown_topic_error(name), name=name, topic_id=ZERO_UUID,
                                                 is_internal=name in INTERNAL_TOPICS, partitions=[])
 
 

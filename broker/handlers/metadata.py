@@ -3,7 +3,9 @@
 A single broker leads every partition with leader epoch 0, except one whose log went offline
 (no leader, as Kafka). Unknown topics are created when ``auto.create.topics.enable`` and the
 request allow it (synchronously, so the answer already carries the new topic instead of
-Kafka's transient LEADER_NOT_AVAILABLE).
+Kafka's transient LEADER_NOT_AVAILABLE). A missing topic not created is answered as Kafka's
+getTopicMetadata does: INVALID_TOPIC_EXCEPTION for a name that could never be a topic, else
+UNKNOWN_TOPIC_OR_PARTITION, and IsInternal for the internal names.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from protocol.primitives import ZERO_UUID
 
 from ..authz import CLUSTER_OPERATIONS, NOT_REQUESTED, TOPIC_OPERATIONS
 from ..partitions import leader_of
+from ..topics import INTERNAL_TOPICS, unknown_topic_error
 
 API_KEY = 3
 MIN_VERSION, MAX_VERSION = 0, 13
@@ -45,6 +48,11 @@ def topic_metadata(broker, topic, include_ops: bool) -> MetadataResponseTopic:
 
 def _error_topic(code: ErrorCode, name, topic_id=ZERO_UUID) -> MetadataResponseTopic:
     return MetadataResponseTopic(error_code=code, name=name, topic_id=topic_id)
+
+
+def _missing(name: str) -> MetadataResponseTopic:
+    return MetadataResponseTopic(error_code=unknown_topic_error(name), name=name, topic_id=ZERO_UUID,
+                                 is_internal=name in INTERNAL_TOPICS)
 
 
 def _invalid_request(req) -> MetadataResponse:
@@ -87,7 +95,7 @@ async def handle(ctx, req) -> MetadataResponse:
                     topics.append(_error_topic(e.code, t.name))
                     continue
             if topic is None:
-                topics.append(_error_topic(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, t.name))
+                topics.append(_missing(t.name))
             else:
                 topics.append(topic_metadata(broker, topic, include_ops))
     return MetadataResponse(

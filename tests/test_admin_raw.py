@@ -131,6 +131,21 @@ def test_metadata_for_missing_topics_not_created_validates_names_and_knows_inter
             assert all(t.topic_id == ZERO_UUID and t.partitions == [] for t in resp.topics)
 
 
+def test_metadata_answers_a_topic_named_twice_once(client, topic_name):
+    """Kafka takes the requested names (and ids) as a set."""
+    create(client, topic(topic_name))
+    known = metadata(client, topic_name).topic_id
+    unknown = uuid.uuid4()
+    entries = [(topic_name, ZERO_UUID), ("no-such-" + topic_name, ZERO_UUID), (topic_name, ZERO_UUID),
+               ("no-such-" + topic_name, ZERO_UUID)]
+    resp = client.request(METADATA, 12, MetadataRequest(
+        topics=[MetadataRequestTopic(name=n, topic_id=i) for n, i in entries], allow_auto_topic_creation=False))
+    assert [(t.name, t.error_code) for t in resp.topics] == [(topic_name, 0), ("no-such-" + topic_name, 3)]
+    ids = [known, unknown, known, unknown]
+    resp = client.request(METADATA, 12, MetadataRequest(
+        topics=[MetadataRequestTopic(name=None, topic_id=i) for i in ids], allow_auto_topic_creation=False))
+    assert [(t.topic_id, t.error_code) for t in resp.topics] == [(known, 0), (unknown, 100)]
+
 # --- CreateTopics -------------------------------------------------------------------------------
 
 def test_create_topics_v7_result_carries_id_counts_and_configs(client, topic_name):

@@ -5,7 +5,8 @@ A single broker leads every partition with leader epoch 0, except one whose log 
 request allow it (synchronously, so the answer already carries the new topic instead of
 Kafka's transient LEADER_NOT_AVAILABLE). A missing topic not created is answered as Kafka's
 getTopicMetadata does: INVALID_TOPIC_EXCEPTION for a name that could never be a topic, else
-UNKNOWN_TOPIC_OR_PARTITION, and IsInternal for the internal names.
+UNKNOWN_TOPIC_OR_PARTITION, and IsInternal for the internal names. A topic named twice is
+answered once (Kafka takes the requested topics as a set).
 """
 
 from __future__ import annotations
@@ -55,6 +56,18 @@ def _missing(name: str) -> MetadataResponseTopic:
                                  is_internal=name in INTERNAL_TOPICS)
 
 
+def _unique(requested: list) -> list:
+    """The requested topics once each, in request order (by name, or by id when unnamed)."""
+    seen = set()
+    out = []
+    for t in requested:
+        key = t.name if t.name is not None else t.topic_id
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return out
+
+
 def _invalid_request(req) -> MetadataResponse:
     """Kafka's answer when v10-11 name a topic by id or by a null name (ids are served from
     v12): every requested topic with INVALID_REQUEST, a null name as "", and no brokers."""
@@ -76,7 +89,7 @@ async def handle(ctx, req) -> MetadataResponse:
         topics = [topic_metadata(broker, t, include_ops) for t in broker.topics]
     else:
         allow_create = broker.config["auto.create.topics.enable"] and (v < 4 or req.allow_auto_topic_creation)
-        for t in req.topics:
+        for t in _unique(req.topics):
             if t.name is None:
                 if t.topic_id == ZERO_UUID:
                     topics.append(_error_topic(ErrorCode.INVALID_REQUEST, None, t.topic_id))

@@ -188,6 +188,53 @@ def test_long_poll_returns_on_produce_and_min_bytes_waits_for_max_wait(broker, t
         assert 0.29 <= elapsed < 2.5, elapsed
 
 
+
+def _part(p: int, offset: int) -> FetchPartition:
+    return FetchPartition(partition=p, fetch_offset=offset, partition_max_bytes=1 << 20)
+
+
+def _timed_fetch(client, version: int, topics: list[FetchTopic], max_wait_ms: int):
+    """(seconds taken, [(topic or id, partition, error)] in response order)."""
+    req = FetchRequest(max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=1 << 20, topics=topics)
+    start = time.monotonic()
+    resp = client.request(FETCH, version, req)
+    rows = [(t.topic or t.topic_id, p.partition_index, p.error_code) for t in resp.responses for p in t.partitions]
+    return time.monotonic() - start, rows
+
+
+def test_unknown_partitions_do_not_cut_a_long_poll_short(broker, topic_name):
+    """As Kafka's handleFetch: unknown topics, topic ids and partitions are set aside (answered
+    after the others) and the rest long-polls; a request naming only unknown ones answers at once."""
+    with RawClient(broker.bootstrap) as c:
+        topic_id = create_topic(c, topic_name).topic_id
+        produce(c, topic_name, batch([b"x"]))
+        gone, missing = random_uuid(), "no-such-" + topic_name
+        at_end = _part(0, 1)
+        elapsed, rows = _timed_fetch(c, 16, [FetchTopic(topic_id=gone, partitions=[_part(0, 0)]),
+                                             FetchTopic(topic_id=topic_id, partitions=[at_end])], 600)
+        assert rows == [(topic_id, 0, 0), (gone, 0, ErrorCode.UNKNOWN_TOPIC_ID)]
+        assert elapsed >= 0.55, elapsed
+        elapsed, rows = _timed_fetch(c, 12, [FetchTopic(topic=topic_name, partitions=[_part(5, 0), at_end]),
+                                             FetchTopic(topic=missing, partitions=[_part(0, 0)])], 600)
+        assert rows == [(topic_name, 0, 0), (topic_name, 5, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                        (missing, 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+        assert elapsed >= 0.55, elapsed
+        elapsed, rows = _timed_fetch(c, 12, [FetchTopic(topic=missing, partitions=[_part(0, 0)])], 5000)
+        assert rows == [(missing, 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)] and elapsed < 2.5, elapsed
+
+        # still woken by an append to the partitions that exist
+        consumer_req = FetchRequest(max_wait_ms=5000, min_bytes=1, max_bytes=1 << 20, topics=[
+            FetchTopic(topic=topic_name, partitions=[at_end]), FetchTopic(topic=missing, partitions=[_part(0, 0)])])
+        start = time.monotonic()
+        c.send_raw(c.frame(FETCH, 12, consumer_req))
+        with RawClient(broker.bootstrap) as producer:
+            produce(producer, topic_name, batch([b"wake"]))
+        resp = c.read_response(FETCH, 12)
+        assert time.monotonic() - start < 2.5
+        assert [r.value for r in records_of(resp.responses[0].partitions[0].records)] == [b"wake"]
+        assert resp.responses[1].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
 # -- in-process: the waiting itself, and log start offset moves ---------------------------------------
 
 

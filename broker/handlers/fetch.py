@@ -11,8 +11,10 @@ returned may exceed both so a consumer always progresses (KIP-74). While many re
 wait for clients that stopped reading, the total shrinks (``Server.response_bytes``). Batches go
 out as slices of the segment reads, never re-encoded. If less than MinBytes is available, the
 request waits up to MaxWaitMs for appends to its partitions (``broker.partitions.wait_for_data``),
-counting the bytes appended since, like Kafka's DelayedFetch, then reads again. Any partition
-error answers at once.
+counting the bytes appended since, like Kafka's DelayedFetch, then reads again. As Kafka's
+handleFetch, partitions that do not exist (unknown topic, topic id or partition) are set aside
+and answered after the others without cutting the wait short; an error met reading a partition
+that exists (epochs, offsets, a damaged log) answers at once.
 
 The last stable offset is the high watermark (no transactions yet), so read_committed reads
 the same as read_uncommitted, with an empty aborted-transactions list. Leader epoch is always
@@ -63,14 +65,28 @@ def _set_error(pd: PartitionData, code: ErrorCode) -> None:
 
 
 class _Plan:
-    """The partitions of one request that can be read: (response entry, log, request partition)."""
+    """One request's partitions: ``responses`` holds those that exist, in request order, and
+    ``readable`` the ones of them to read (response entry, log, request partition); ``unknown``
+    holds (request topic, response entry) of those that do not exist, which Kafka sets aside
+    (KafkaApis' ``erroneous``) and appends after the rest. ``errors``: a partition that exists
+    was refused, which answers at once."""
 
-    __slots__ = ("responses", "readable", "errors")
+    __slots__ = ("responses", "readable", "unknown", "errors")
 
     def __init__(self) -> None:
         self.responses: list[FetchableTopicResponse] = []
         self.readable: list[tuple[PartitionData, object, object]] = []
+        self.unknown: list[tuple[object, PartitionData]] = []
         self.errors = False
+
+
+def _topic_key(v: int):
+    """What identifies a request topic: its id from v13, its name before."""
+    return (lambda ft: ft.topic_id) if v >= 13 else (lambda ft: ft.topic)
+
+
+def _topic_response(ft, v: int) -> FetchableTopicResponse:
+    return FetchableTopicResponse(topic="", topic_id=ft.topic_id) if v >= 13 else FetchableTopicResponse(topic=ft.topic)
 
 
 def _plan(broker, req, v: int) -> _Plan:
@@ -82,21 +98,23 @@ def _plan(broker, req, v: int) -> _Plan:
     for ft in req.topics:
         if v >= 13:
             topic = topics.by_id(ft.topic_id)
-            tr = FetchableTopicResponse(topic="", topic_id=ft.topic_id)
             missing = ErrorCode.UNKNOWN_TOPIC_ID
         else:
             topic = topics.get(ft.topic)
-            tr = FetchableTopicResponse(topic=ft.topic)
             missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        plan.responses.append(tr)
+        tr = None
         for fp in ft.partitions:
             index = fp.partition
-            lg = None
             if topic is None:
-                code = missing
-            elif not 0 <= index < topic.partitions or (lg := store.get(topic.name, index)) is None:
-                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif from_follower:
+                plan.unknown.append((ft, _error_partition(index, missing)))
+                continue
+            if not 0 <= index < topic.partitions or (lg := store.get(topic.name, index)) is None:
+                plan.unknown.append((ft, _error_partition(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+                continue
+            if tr is None:
+                tr = _topic_response(ft, v)
+                plan.responses.append(tr)
+            if from_follower:
                 code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # there are no followers
             else:
                 code = leader_epoch_error(fp.current_leader_epoch)
@@ -108,6 +126,17 @@ def _plan(broker, req, v: int) -> _Plan:
             tr.partitions.append(pd)
             plan.readable.append((pd, lg, fp))
     return plan
+
+
+def _append_unknown(plan: _Plan, v: int) -> None:
+    """Kafka's processResponseCallback: the set-aside partitions after the others, joining the
+    last topic entry when it is theirs (FetchResponse.toMessage groups consecutive partitions)."""
+    key = _topic_key(v)
+    responses = plan.responses
+    for ft, pd in plan.unknown:
+        if not responses or key(responses[-1]) != key(ft):
+            responses.append(_topic_response(ft, v))
+        responses[-1].partitions.append(pd)
 
 
 def _read(plan: _Plan, max_bytes: int) -> int:
@@ -158,6 +187,8 @@ async def handle(ctx, req) -> FetchResponse:
     if total < min_bytes and req.max_wait_ms > 0 and plan.readable and not plan.errors:
         await _wait(broker, plan, total, min_bytes, req.max_wait_ms / 1000)
         _read(plan, max_bytes)
+    if plan.unknown:
+        _append_unknown(plan, v)
     resp = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=plan.responses)
     if plan.errors and v >= 12:
         _point_at_the_leader(broker, resp, v)

@@ -235,6 +235,24 @@ def test_unknown_partitions_do_not_cut_a_long_poll_short(broker, topic_name):
         assert resp.responses[1].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+def test_a_partition_named_twice_is_answered_once(broker, topic_name):
+    """Kafka keys a request's partitions in a LinkedHashMap: one entry, in the first one's place,
+    read with the later one's values."""
+    with RawClient(broker.bootstrap) as c:
+        topic_id = create_topic(c, topic_name).topic_id
+        for v in (b"a", b"b", b"c"):
+            produce(c, topic_name, batch([v]))
+
+        def offsets(version, topics):
+            resp = c.request(FETCH, version, FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, topics=topics))
+            return [(p.partition_index, p.error_code, [r.offset for r in records_of(p.records)])
+                    for t in resp.responses for p in t.partitions]
+
+        assert offsets(12, [FetchTopic(topic=topic_name, partitions=[_part(0, 0), _part(0, 2)])]) == [(0, 0, [2])]
+        assert offsets(16, [FetchTopic(topic_id=topic_id, partitions=[_part(0, 0), _part(5, 0)]),
+                            FetchTopic(topic_id=topic_id, partitions=[_part(0, 1), _part(5, 0)])]) == [
+            (0, 0, [1, 2]), (5, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])]
+
 # -- in-process: the waiting itself, and log start offset moves ---------------------------------------
 
 

@@ -14,7 +14,8 @@ request waits up to MaxWaitMs for appends to its partitions (``broker.partitions
 counting the bytes appended since, like Kafka's DelayedFetch, then reads again. As Kafka's
 handleFetch, partitions that do not exist (unknown topic, topic id or partition) are set aside
 and answered after the others without cutting the wait short; an error met reading a partition
-that exists (epochs, offsets, a damaged log) answers at once.
+that exists (epochs, offsets, a damaged log) answers at once. A partition named twice
+is answered once, with the later entry's values (Kafka keys them in a LinkedHashMap).
 
 The last stable offset is the high watermark (no transactions yet), so read_committed reads
 the same as read_uncommitted, with an empty aborted-transactions list. Leader epoch is always
@@ -26,6 +27,7 @@ from __future__ import annotations
 import asyncio
 
 from protocol.errors import ErrorCode
+from protocol.messages.fetch_request import FetchTopic
 from protocol.messages.fetch_response import (
     FetchableTopicResponse,
     FetchResponse,
@@ -85,6 +87,27 @@ def _topic_key(v: int):
     return (lambda ft: ft.topic_id) if v >= 13 else (lambda ft: ft.topic)
 
 
+def _unique(topics: list, v: int) -> list:
+    """The request's topics with each partition once. Kafka's FetchRequest.fetchData puts them
+    in a LinkedHashMap: a partition named again keeps its first place and takes the later values.
+    Requests without repeats (all real clients) come back as they are."""
+    key = _topic_key(v)
+    if len({key(ft) for ft in topics}) == len(topics) and all(
+            len({fp.partition for fp in ft.partitions}) == len(ft.partitions) for ft in topics):
+        return topics
+    entries = {}  # (topic key, partition) -> (request topic, request partition), first place kept
+    for ft in topics:
+        for fp in ft.partitions:
+            k = (key(ft), fp.partition)
+            entries[k] = (entries[k][0] if k in entries else ft, fp)
+    out = []
+    for ft, fp in entries.values():
+        if not out or key(out[-1]) != key(ft):
+            out.append(FetchTopic(topic=ft.topic, topic_id=ft.topic_id, partitions=[]))
+        out[-1].partitions.append(fp)
+    return out
+
+
 def _topic_response(ft, v: int) -> FetchableTopicResponse:
     return FetchableTopicResponse(topic="", topic_id=ft.topic_id) if v >= 13 else FetchableTopicResponse(topic=ft.topic)
 
@@ -95,7 +118,7 @@ def _plan(broker, req, v: int) -> _Plan:
     store = broker.store
     from_follower = (req.replica_state.replica_id if v >= 15 else req.replica_id) >= 0
     committed = req.isolation_level == READ_COMMITTED
-    for ft in req.topics:
+    for ft in _unique(req.topics, v):
         if v >= 13:
             topic = topics.by_id(ft.topic_id)
             missing = ErrorCode.UNKNOWN_TOPIC_ID

@@ -32,7 +32,8 @@ from tests.test_produce_support import batch, create_topic, fetch, headers_of, l
 from tests.test_share_wire_support import ShareMember, acquired, parts, unique
 from tests.test_share_wire_support import create_topic as create_topic_with_id
 
-CORRUPT_MESSAGE, LEADER_NOT_AVAILABLE, COORDINATOR_NOT_AVAILABLE, KAFKA_STORAGE_ERROR = 2, 5, 15, 56
+CORRUPT_MESSAGE, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER, COORDINATOR_NOT_AVAILABLE, KAFKA_STORAGE_ERROR = (
+    2, 5, 6, 15, 56)
 GROUP_KEY, SHARE_KEY = 0, 2
 
 
@@ -179,6 +180,29 @@ def test_a_segment_cut_under_the_running_broker(broker_factory, topic_name):
     with RawClient(b.bootstrap) as c:
         assert leaders(c, topic_name)[topic_name] == (0, 1, [])
 
+
+
+def test_an_offline_log_answers_storage_error_even_where_its_bytes_are_intact(broker_factory, topic_name):
+    """Once a read finds a segment cut, the partition's log is offline, and as Kafka's
+    getPartitionOrError does for an offline partition, every Fetch and ListOffsets of it gets
+    KAFKA_STORAGE_ERROR, not only those reaching the lost bytes; Fetch v4-5 get
+    NOT_LEADER_OR_FOLLOWER instead (maybeDownConvertStorageError: those clients may not know 56)."""
+    b = broker_factory()
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        for i in range(10):
+            produce(c, topic_name, batch([b"x" * 1000]))
+        segment = b.data_dir / f"{topic_name}-0" / ("%020d.log" % 0)
+        os.truncate(segment, segment.stat().st_size // 2)
+        assert fetch(c, topic_name, 8, version=5).error_code == NOT_LEADER_OR_FOLLOWER  # the read that finds it
+        for kw in ({}, {"partition_max_bytes": 100}, {"max_wait_ms": 5000, "min_bytes": 1 << 20}):
+            part = fetch(c, topic_name, 0, **kw)
+            assert (part.error_code, part.high_watermark, part.records) == (KAFKA_STORAGE_ERROR, -1, b"")
+        for version in (4, 5):
+            assert fetch(c, topic_name, 0, version=version).error_code == NOT_LEADER_OR_FOLLOWER
+        for timestamp in (-1, -2, -4):
+            part = list_offset(c, topic_name, timestamp)
+            assert (part.error_code, part.offset) == (KAFKA_STORAGE_ERROR, -1)
 
 def leaders(client: RawClient, *topics: str) -> dict[str, tuple[int, int, list[int]]]:
     """{topic: (error, leader, offline replicas) of partition 0} from Metadata, checked to be

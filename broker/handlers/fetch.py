@@ -14,8 +14,12 @@ request waits up to MaxWaitMs for appends to its partitions (``broker.partitions
 counting the bytes appended since, like Kafka's DelayedFetch, then reads again. As Kafka's
 handleFetch, partitions that do not exist (unknown topic, topic id or partition) are set aside
 and answered after the others without cutting the wait short; an error met reading a partition
-that exists (epochs, offsets, a damaged log) answers at once. A partition named twice
+that exists (epochs, offsets, a damaged or offline log) answers at once. A partition named twice
 is answered once, with the later entry's values (Kafka keys them in a LinkedHashMap).
+
+A partition whose log went offline answers KAFKA_STORAGE_ERROR, as Kafka's getPartitionOrError
+does for a partition in an offline log directory (NOT_LEADER_OR_FOLLOWER for v4-5, whose clients
+may not know that error: Kafka's maybeDownConvertStorageError).
 
 The last stable offset is the high watermark (no transactions yet), so read_committed reads
 the same as read_uncommitted, with an empty aborted-transactions list. Leader epoch is always
@@ -36,7 +40,7 @@ from protocol.messages.fetch_response import (
     PartitionData,
 )
 
-from ..log import READ_ERRORS, OffsetOutOfRange
+from ..log import READ_ERRORS, KafkaStorageError, OffsetOutOfRange
 from ..partitions import LEADER_EPOCH, data_key
 
 API_KEY = 1
@@ -71,15 +75,16 @@ class _Plan:
     ``readable`` the ones of them to read (response entry, log, request partition); ``unknown``
     holds (request topic, response entry) of those that do not exist, which Kafka sets aside
     (KafkaApis' ``erroneous``) and appends after the rest. ``errors``: a partition that exists
-    was refused, which answers at once."""
+    was refused, which answers at once. ``storage_error``: this version's answer for an offline log."""
 
-    __slots__ = ("responses", "readable", "unknown", "errors")
+    __slots__ = ("responses", "readable", "unknown", "errors", "storage_error")
 
-    def __init__(self) -> None:
+    def __init__(self, v: int) -> None:
         self.responses: list[FetchableTopicResponse] = []
         self.readable: list[tuple[PartitionData, object, object]] = []
         self.unknown: list[tuple[object, PartitionData]] = []
         self.errors = False
+        self.storage_error = ErrorCode.NOT_LEADER_OR_FOLLOWER if v <= 5 else ErrorCode.KAFKA_STORAGE_ERROR
 
 
 def _topic_key(v: int):
@@ -113,7 +118,7 @@ def _topic_response(ft, v: int) -> FetchableTopicResponse:
 
 
 def _plan(broker, req, v: int) -> _Plan:
-    plan = _Plan()
+    plan = _Plan(v)
     topics = broker.topics
     store = broker.store
     from_follower = (req.replica_state.replica_id if v >= 15 else req.replica_id) >= 0
@@ -137,7 +142,9 @@ def _plan(broker, req, v: int) -> _Plan:
             if tr is None:
                 tr = _topic_response(ft, v)
                 plan.responses.append(tr)
-            if from_follower:
+            if lg.offline:
+                code = plan.storage_error
+            elif from_follower:
                 code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # there are no followers
             else:
                 code = leader_epoch_error(fp.current_leader_epoch)
@@ -168,8 +175,8 @@ def _read(plan: _Plan, max_bytes: int) -> int:
     min_one = True
     total = 0
     for pd, lg, fp in plan.readable:
-        if lg.closed:  # deleted while we waited
-            _set_error(pd, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        if lg.closed or lg.offline:  # deleted, or gone offline, while we waited
+            _set_error(pd, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if lg.closed else plan.storage_error)
             plan.errors = True
             continue
         budget = min(fp.partition_max_bytes, limit)
@@ -180,7 +187,7 @@ def _read(plan: _Plan, max_bytes: int) -> int:
             plan.errors = True
             continue
         except READ_ERRORS as e:  # a damaged log, which has reported it
-            _set_error(pd, e.error_code)
+            _set_error(pd, plan.storage_error if isinstance(e, KafkaStorageError) else e.error_code)
             plan.errors = True
             continue
         pd.error_code = 0
@@ -246,8 +253,8 @@ async def _wait(broker, plan: _Plan, have: int, min_bytes: int, max_wait_s: floa
             return False
         grown = have
         for (pd, lg, fp), size in zip(plan.readable, sizes):
-            if lg.closed or fp.fetch_offset > lg.end_offset or fp.fetch_offset < lg.start_offset:
-                return True  # deleted or moved under us: answer now, the read reports it
+            if lg.closed or lg.offline or fp.fetch_offset > lg.end_offset or fp.fetch_offset < lg.start_offset:
+                return True  # deleted, offline or moved under us: answer now, the read reports it
             grown += min(max(0, lg.size - size), fp.partition_max_bytes)
         if grown >= min_bytes:
             return True

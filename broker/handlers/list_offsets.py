@@ -8,7 +8,9 @@ offset (-1) with leader epoch -1. Any other timestamp finds the first record at 
 results at or beyond the high watermark are not returned (Kafka filters them the same way).
 
 The leader epoch is always 0 (responses v4+); CurrentLeaderEpoch is checked like Fetch does.
-A partition named twice in one request gets INVALID_REQUEST.
+A partition named twice in one request gets INVALID_REQUEST. A partition whose log went offline
+gets KAFKA_STORAGE_ERROR (before the epoch check), as Kafka's getPartitionOrError answers for a
+partition in an offline log directory, even for lookups that would not read the damaged bytes.
 """
 
 from __future__ import annotations
@@ -72,6 +74,8 @@ async def handle(ctx, req) -> ListOffsetsResponse:
                 code = ErrorCode.INVALID_REQUEST
             elif topic is None or not 0 <= index < topic.partitions or (lg := store.get(t.name, index)) is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif lg.offline:
+                code = ErrorCode.KAFKA_STORAGE_ERROR
             else:
                 code = leader_epoch_error(p.current_leader_epoch)
             if code is not None:

@@ -186,12 +186,14 @@ def test_an_offline_log_answers_storage_error_even_where_its_bytes_are_intact(br
     """Once a read finds a segment cut, the partition's log is offline, and as Kafka's
     getPartitionOrError does for an offline partition, every Fetch and ListOffsets of it gets
     KAFKA_STORAGE_ERROR, not only those reaching the lost bytes; Fetch v4-5 get
-    NOT_LEADER_OR_FOLLOWER instead (maybeDownConvertStorageError: those clients may not know 56)."""
+    NOT_LEADER_OR_FOLLOWER instead (maybeDownConvertStorageError: those clients may not know 56).
+    So does a ShareFetch with nothing left to read there, at once rather than after MaxWaitMs."""
     b = broker_factory()
-    with RawClient(b.bootstrap) as c:
-        create_topic(c, topic_name)
+    with RawClient(b.bootstrap) as c, ShareMember(b.bootstrap, unique("g")) as member:
+        topic_id = create_topic_with_id(c, topic_name)
         for i in range(10):
             produce(c, topic_name, batch([b"x" * 1000]))
+        member.open([(topic_id, 0)])  # 'latest': the share partition starts at the log end
         segment = b.data_dir / f"{topic_name}-0" / ("%020d.log" % 0)
         os.truncate(segment, segment.stat().st_size // 2)
         assert fetch(c, topic_name, 8, version=5).error_code == NOT_LEADER_OR_FOLLOWER  # the read that finds it
@@ -203,6 +205,8 @@ def test_an_offline_log_answers_storage_error_even_where_its_bytes_are_intact(br
         for timestamp in (-1, -2, -4):
             part = list_offset(c, topic_name, timestamp)
             assert (part.error_code, part.offset) == (KAFKA_STORAGE_ERROR, -1)
+        resp, took = member.timed_fetch(max_wait_ms=5000)
+        assert parts(resp)[(topic_id, 0)].error_code == KAFKA_STORAGE_ERROR and took < 2.5
 
 def leaders(client: RawClient, *topics: str) -> dict[str, tuple[int, int, list[int]]]:
     """{topic: (error, leader, offline replicas) of partition 0} from Metadata, checked to be

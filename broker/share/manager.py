@@ -349,6 +349,9 @@ class SharePartitionManager:
                 # has a new log and a new id: the old share partition must not touch it).
                 reads.append((topic_id, p, leader, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
+            if lg.offline:  # as Fetch: Kafka's getPartitionOrError, even with nothing to read
+                reads.append((topic_id, p, leader, None, ErrorCode.KAFKA_STORAGE_ERROR))
+                continue
             sp = leader.sp
             if lg.start_offset > sp.start_offset:
                 sp.on_log_start_offset(lg.start_offset)

@@ -11,8 +11,8 @@ LogValidator, ProducerStateManager): transactional batches are refused (no trans
 acks=-1 with min.insync.replicas > 1, max.message.bytes, keys on compacted topics, timestamps,
 the rewrite into the topic's compression.type when it names another codec than the batch's
 (and max.message.bytes again on the result), segment.bytes, then the producer checks, then the
-write, then the producer-state update. With compression.type=producer (the default) or a matching codec the
-batch is stored as sent, with no per-record work.
+write, then the producer-state update. With compression.type=producer (the default) or a
+matching codec the batch is stored as sent, with no per-record work.
 
 Timestamps are checked from the batch header on the hot path (``baseTimestamp`` is the first
 record's and ``maxTimestamp`` the largest): the records are decoded, to name the offending ones

@@ -556,6 +556,10 @@ def test_describe_cluster_endpoint_types(client, node_id):
     assert (resp.error_code, resp.endpoint_type, resp.controller_id) == (0, 1, node_id)
     assert [(b.broker_id, b.is_fenced) for b in resp.brokers] == [(node_id, False)]
     assert resp.cluster_authorized_operations == -(2**31)
+    resp = client.request(DESCRIBE_CLUSTER, 0, DescribeClusterRequest(include_cluster_authorized_operations=True))
+    # Kafka's AclEntry.supportedOperations(CLUSTER): CREATE, ALTER, DESCRIBE, CLUSTER_ACTION,
+    # DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE (bits 5, 7-12); the token operations are USER's
+    assert resp.cluster_authorized_operations == 8096
     resp = client.request(DESCRIBE_CLUSTER, 1, DescribeClusterRequest(endpoint_type=2))
     assert (resp.error_code, resp.error_message) == (
         114, "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER")

@@ -117,6 +117,16 @@ def test_api_versions_every_version_answers_with_header_v0(broker, version):
     assert (API_VERSIONS, AV.min_version, AV.max_version) in got
     if version >= 1:
         assert resp.throttle_time_ms == 0
+    supported = [(f.name, f.min_version, f.max_version) for f in resp.supported_features]
+    finalized = [(f.name, f.min_version_level, f.max_version_level) for f in resp.finalized_features]
+    if version < 3:
+        assert supported == finalized == []
+        return
+    # Kafka 4.2's defaultSupportedFeatures: metadata.version 7 (3.3-IV3) to 29 (4.2-IV1), features
+    # with max 0 (transactions here) left out, and before v4 those with min 0 too (KAFKA-17492).
+    assert sorted(supported) == sorted([("metadata.version", 7, 29)] + (
+        [("group.version", 0, 1), ("share.version", 0, 1)] if version >= 4 else []))
+    assert sorted(finalized) == [("group.version", 1, 1), ("metadata.version", 29, 29), ("share.version", 1, 1)]
 
 
 @pytest.mark.parametrize("version", [AV.max_version + 1, 99, 32767, -1])

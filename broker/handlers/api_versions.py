@@ -10,8 +10,10 @@ from protocol.messages.api_versions_response import ApiVersionsResponse, Finaliz
 API_KEY = 18
 MIN_VERSION, MAX_VERSION = 0, 4
 
-# Kafka 4.2 feature levels that gate what clients may use; share groups need share.version 1.
-FEATURES = {"share.version": (0, 1), "group.version": (0, 1), "transaction.version": (0, 0)}
+# Supported (min, max) levels, each finalized at its max, as Kafka 4.2's defaultSupportedFeatures:
+# metadata.version 7 (3.3-IV3) to 29 (4.2-IV1), and the features kshare implements; share groups
+# need share.version 1. Kafka lists no feature whose max is 0, so none for transactions.
+FEATURES = {"metadata.version": (7, 29), "share.version": (0, 1), "group.version": (0, 1)}
 # KIP-511: what a v3+ client may call itself.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 

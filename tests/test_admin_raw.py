@@ -36,6 +36,8 @@ from protocol.messages.incremental_alter_configs_request import AlterableConfig 
 from protocol.messages.incremental_alter_configs_request import AlterConfigsResource as IAlterResource
 from protocol.messages.incremental_alter_configs_request import IncrementalAlterConfigsRequest
 from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
+from protocol.messages.sasl_authenticate_request import SaslAuthenticateRequest
+from protocol.messages.sasl_handshake_request import SaslHandshakeRequest
 from protocol.primitives import ZERO_UUID
 from protocol.uuids import uuid_to_str
 from tests.raw_client import RawClient
@@ -52,6 +54,7 @@ CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 FIND_COORDINATOR, DESCRIBE_CLUSTER, DESCRIBE_TOPIC_PARTITIONS, METADATA = 10, 60, 75, 3
 DESCRIBE_LOG_DIRS = 35
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 INVALID_REQUEST_TEXT = (
     "This most likely occurs because of a request being malformed by the client library or the message was "
     "sent to an incompatible broker. See the broker logs for more details."
@@ -547,6 +550,22 @@ def test_find_coordinator_batched_and_share_keys(client, node_id):
         ("a", 0, node_id), ("b", 0, node_id), ("", 0, node_id)]
     resp = client.request(FIND_COORDINATOR, 6, FindCoordinatorRequest(key_type=7, coordinator_keys=["a"]))
     assert [(c.error_code, c.node_id) for c in resp.coordinators] == [(42, -1)]
+
+
+# --- SASL on a PLAINTEXT listener ------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_sasl_handshake_gets_illegal_sasl_state(client, version):
+    resp = client.request(SASL_HANDSHAKE, version, SaslHandshakeRequest(mechanism="PLAIN"))
+    assert (resp.error_code, resp.mechanisms) == (34, [])  # KafkaApis.handleSaslHandshakeRequest
+    assert client.request(METADATA, 12, MetadataRequest(topics=[])).brokers  # the connection goes on
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_sasl_authenticate_gets_illegal_sasl_state(client, version):
+    resp = client.request(SASL_AUTHENTICATE, version, SaslAuthenticateRequest(auth_bytes=b"\0u\0p"))
+    assert (resp.error_code, resp.error_message, resp.auth_bytes) == (
+        34, "SaslAuthenticate request received after successful authentication", b"")
 
 
 # --- DescribeCluster ----------------------------------------------------------------------------

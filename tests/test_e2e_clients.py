@@ -183,6 +183,24 @@ def test_transactional_producers_are_refused_at_once(broker):
     assert time.monotonic() - t0 < 10
 
 
+def test_a_sasl_client_gets_an_authentication_error_at_once(broker):
+    """PLAINTEXT only: SaslHandshake gets ILLEGAL_SASL_STATE, as from a Kafka PLAINTEXT listener,
+    so librdkafka reports an authentication failure naming it (a closed connection would only
+    say the broker is down)."""
+    from confluent_kafka import KafkaError, Producer
+
+    errors = []
+    p = Producer({"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "PLAIN", "sasl.username": "u", "sasl.password": "p",
+                  "error_cb": errors.append, "log_level": 0})
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        p.poll(0.1)
+    assert errors, "no error reported"
+    assert errors[0].code() == KafkaError._AUTHENTICATION
+    assert "Request not valid in current SASL state" in errors[0].str()
+
+
 def test_a_classic_consumer_group_gets_a_clear_error(broker, topic_name, caplog):
     """Consumer groups are not served; what each client says about it is in the README:
     confluent-kafka's Consumer polls an error, kafka-python's raises, and aiokafka's start()

@@ -187,6 +187,8 @@ _DEFS: list[ConfigDef] = [
     # --- producers ----------------------------------------------------------------------
     _d("producer.id.expiration.ms", INT, 86400000, "Producer state is kept this long after the last write.",
        at_least=1, dynamic=True),
+    _d("producer.id.expiration.check.interval.ms", INT, 600000, "How often idle producer ids are expired.",
+       at_least=1, internal=True),
     _d("transactional.id.expiration.ms", INT, 604800000, "Accepted for compatibility.", at_least=1),
     _d("transaction.state.log.num.partitions", INT, 50, "Accepted for compatibility.", at_least=1),
     # --- share coordinator (sizes of __share_group_state) --------------------------------

@@ -65,7 +65,6 @@ LEADER_EPOCH = 0  # a single broker leads every partition forever, with epoch 0
 NO_LEADER = -1
 REPLAY_SEGMENTS = 2  # segments replayed when no producer snapshot is usable
 REPLAY_CHUNK_BYTES = 8 << 20
-EXPIRATION_CHECK_INTERVAL_MS = 600_000  # Kafka's producer.id.expiration.check.interval.ms default
 INVALID_TIMESTAMP_MESSAGE = "One or more records have been rejected due to invalid timestamp"
 _NO_LOG_APPEND_TIME = "Producer should not set timestamp type to LogAppendTime."
 TRANSACTIONS_UNSUPPORTED = "Transactions are not supported by this broker (kshare): transactional batches are refused"
@@ -476,7 +475,7 @@ class Partitions:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
-        interval = int(self.config.get("producer.id.expiration.check.interval.ms", EXPIRATION_CHECK_INTERVAL_MS))
+        interval = int(self.config["producer.id.expiration.check.interval.ms"])
         self._expiry_task = asyncio.get_running_loop().create_task(self._expire_loop(interval / 1000))
 
     async def _expire_loop(self, interval_s: float) -> None:

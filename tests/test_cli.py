@@ -170,6 +170,8 @@ def test_default_data_dir_is_dot_data(tmp_path):
         (["--override", "num.partitions=0"], "Value must be at least 1"),
         (["--override", "auto.create.topics.enable=maybe"], "configuration auto.create.topics.enable"),
         (["--override", "compression.type=brotli"], "configuration compression.type"),
+        # an internal config as Kafka's (defineInternal ... atLeast(1)): 0 would spin the expiry loop
+        (["--override", "producer.id.expiration.check.interval.ms=0"], "Value must be at least 1"),
         (["--override", "no-equals-sign"], "--override expects KEY=VALUE"),
         (["--log-level", "LOUD"], "invalid choice"),
         (["--port", "ninety"], "invalid int value"),

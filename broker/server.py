@@ -6,7 +6,9 @@ a request is being handled wait in a queue bounded in frames and bytes; past the
 socket stops being read, and while the transport's write buffer is full no new request starts
 (``drain`` back-pressure). A frame whose size is negative or above
 ``socket.request.max.bytes``, or whose header or body does not parse, closes the connection:
-the broker logs it and keeps serving everyone else.
+the broker logs it and keeps serving everyone else. Like Kafka, which reads the next request
+only once the previous one is answered, the requests before a bad size prefix or a client's
+half-close (FIN) are still handled and answered before the connection closes.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class Connection(asyncio.Protocol):
         self._writable: asyncio.Future | None = None
         self._stalled = 0  # bytes of a response the client has not taken while the socket is full
         self._reading_paused = False
+        self._input_done = False  # EOF or a bad size prefix: answer what was read, then close
+        self._bad_size: int | None = None
         self._closed = False
         self._worker: asyncio.Task | None = None
         self._close_callbacks: list[Callable[[], None]] = []
@@ -113,6 +117,8 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
+        if self._input_done:
+            return  # bytes behind a bad size prefix are never read
         buf = self._buf
         buf += data
         limit = self.server.max_request_bytes
@@ -121,12 +127,8 @@ class Connection(asyncio.Protocol):
         while n - pos >= 4:
             (size,) = _SIZE.unpack_from(buf, pos)
             if size < 0 or size > limit:
-                log.warning(
-                    "closing connection from %s:%d: request size %d outside [0, socket.request.max.bytes=%d]",
-                    *self.peer, size, limit,
-                )
-                self.close()
-                return
+                self._reject_size(size)
+                break
             if n - pos - 4 < size:
                 break
             self._frames.append(buf[pos + 4 : pos + 4 + size])
@@ -141,8 +143,28 @@ class Connection(asyncio.Protocol):
                 self._reading_paused = True
                 self.transport.pause_reading()
 
+    def _reject_size(self, size: int) -> None:
+        """Kafka reads the next size prefix only after answering the requests before it, so
+        those are still answered; the worker closes the connection when it gets here."""
+        self._bad_size = size
+        self._end_input()
+
+    def _end_input(self) -> None:
+        self._input_done = True
+        self._buf.clear()  # an incomplete frame is never completed
+        if not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pause_reading()
+        self._wake()
+
     def eof_received(self):
-        return False  # close our side too once the worker has finished
+        """A half-close (FIN) still gets the answers to every request it sent, as in Kafka,
+        whose muted channel only sees the EOF once those are answered: keep the transport
+        open for writing until the worker has sent them."""
+        self._input_done = True
+        self._buf.clear()
+        self._wake()
+        return True
 
     def connection_lost(self, exc) -> None:
         self._closed = True
@@ -206,7 +228,8 @@ class Connection(asyncio.Protocol):
         try:
             while not self._closed:
                 if not self._frames:
-                    if self.server.stopping:
+                    if self.server.stopping or self._input_done:
+                        self._log_bad_size()
                         break
                     self._wakeup = loop.create_future()
                     await self._wakeup
@@ -215,7 +238,7 @@ class Connection(asyncio.Protocol):
                 frame = self._frames.popleft()
                 self._queued_bytes -= len(frame)
                 if (self._reading_paused and len(self._frames) < MAX_QUEUED_FRAMES // 2
-                        and self._queued_bytes < MAX_QUEUED_BYTES // 2):
+                        and self._queued_bytes < MAX_QUEUED_BYTES // 2 and not self._input_done):
                     self._reading_paused = False
                     self.transport.resume_reading()
                 self.busy = True
@@ -244,6 +267,11 @@ class Connection(asyncio.Protocol):
             log.exception("unexpected error on connection from %s:%d; closing it", *self.peer)
         finally:
             self.close()
+
+    def _log_bad_size(self) -> None:
+        if self._bad_size is not None:
+            log.warning("closing connection from %s:%d: request size %d outside [0, socket.request.max.bytes=%d]",
+                        *self.peer, self._bad_size, self.server.max_request_bytes)
 
     def _send(self, parts: list) -> None:
         """Write a response without joining its record data into one copy first.

@@ -407,12 +407,16 @@ class Server:
         return addr[0], addr[1]
 
     async def _reap_idle(self) -> None:
-        """Close connections with no traffic for connections.max.idle.ms, as Kafka does, and
-        warn when the open files near their limit."""
-        period = max(0.05, min(self.idle_ms / 1000 / 4, 30.0))
+        """Close connections with no traffic for connections.max.idle.ms, as Kafka does (a
+        negative value disables this, as in Kafka's Selector), and warn when the open files
+        near their limit."""
+        expiring = self.idle_ms >= 0
+        period = max(0.05, min(self.idle_ms / 1000 / 4, 30.0)) if expiring else 30.0
         while True:
             await asyncio.sleep(period)
             self._check_open_files()  # before idle connections give theirs back
+            if not expiring:
+                continue
             deadline = time.monotonic() - self.idle_ms / 1000
             for conn in list(self.connections):
                 if not conn.busy and not conn._frames and conn.last_active < deadline:

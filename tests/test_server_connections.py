@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 
 import pytest
 
@@ -68,3 +67,17 @@ def test_bad_size_prefix_behind_requests_closes_after_answering_them(broker_fact
         c.send_raw(long_poll_then_metadata(c, "t") + struct.pack(">i", 5000) + b"x" * 100)
         assert answers_until_closed(c) == [1, 2]
     assert "request size 5000 outside [0, socket.request.max.bytes=1000]" in b.log()
+
+
+# --- idle expiry -------------------------------------------------------------------------------
+
+
+@pytest.mark.needs_private_broker
+def test_negative_connections_max_idle_ms_disables_idle_expiry(broker_factory):
+    """Kafka's Selector has no IdleExpiryManager when connections.max.idle.ms < 0."""
+    b = broker_factory({"connections.max.idle.ms": "-1"})
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, "t")
+        assert not c.is_closed_by_broker(timeout_s=1.0)  # 20 of the reaper's shortest periods
+        assert list_offset(c, "t", -1).offset == 0
+    assert "closing idle connection" not in b.log()

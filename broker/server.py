@@ -8,7 +8,9 @@ socket stops being read, and while the transport's write buffer is full no new r
 ``socket.request.max.bytes``, or whose header or body does not parse, closes the connection:
 the broker logs it and keeps serving everyone else. Like Kafka, which reads the next request
 only once the previous one is answered, the requests before a bad size prefix or a client's
-half-close (FIN) are still handled and answered before the connection closes.
+half-close (FIN) are still handled and answered before the connection closes. A connection
+that neither reads nor has bytes taken by its client for ``connections.max.idle.ms`` is
+closed, dropping what it has not sent (a client that stopped reading is idle too).
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ class Connection(asyncio.Protocol):
         self._worker: asyncio.Task | None = None
         self._close_callbacks: list[Callable[[], None]] = []
         self.busy = False
-        self.last_active = time.monotonic()
+        self.last_active = time.monotonic()  # the last read, response written or unsent bytes taken
+        self._unsent_seen = 0  # the write buffer's size when the idle reaper last looked
+        self._expired = False
 
     # --- asyncio.Protocol ----------------------------------------------------------------
 
@@ -183,6 +187,7 @@ class Connection(asyncio.Protocol):
             self._writable = asyncio.get_running_loop().create_future()
 
     def resume_writing(self) -> None:
+        self.last_active = time.monotonic()  # the client took what was waiting: progress
         self._unstall()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
@@ -214,6 +219,31 @@ class Connection(asyncio.Protocol):
             self._closed = True
             self.transport.close()
             self._wake()
+
+    def last_progress(self, now: float) -> float:
+        """When the connection last read or wrote. Bytes leaving the write buffer count, as
+        Kafka's IdleExpiryManager counts a socket ready to write: a client slowly reading a
+        large answer is not idle, one that stopped reading is."""
+        unsent = self.transport.get_write_buffer_size()
+        if unsent < self._unsent_seen:
+            self.last_active = now
+        self._unsent_seen = unsent
+        return self.last_active
+
+    def expire(self) -> None:
+        """Close after connections.max.idle.ms without progress. As in Kafka, what is still
+        unsent is dropped (abort): a graceful close would wait forever for a client that
+        stopped reading, keeping its socket and its max.connections slot."""
+        if self._expired or self.transport is None:
+            return
+        self._expired = True
+        self._closed = True
+        log.info("closing idle connection from %s:%d", *self.peer)
+        if self.transport.get_write_buffer_size():
+            self.transport.abort()
+        else:
+            self.transport.close()
+        self._wake()
 
     # --- request pipeline -----------------------------------------------------------------
 
@@ -407,21 +437,24 @@ class Server:
         return addr[0], addr[1]
 
     async def _reap_idle(self) -> None:
-        """Close connections with no traffic for connections.max.idle.ms, as Kafka does (a
-        negative value disables this, as in Kafka's Selector), and warn when the open files
+        """Close connections that made no progress for connections.max.idle.ms, as Kafka does
+        (a negative value disables this, as in Kafka's Selector), and warn when the open files
         near their limit."""
         expiring = self.idle_ms >= 0
         period = max(0.05, min(self.idle_ms / 1000 / 4, 30.0)) if expiring else 30.0
         while True:
             await asyncio.sleep(period)
             self._check_open_files()  # before idle connections give theirs back
-            if not expiring:
-                continue
-            deadline = time.monotonic() - self.idle_ms / 1000
-            for conn in list(self.connections):
-                if not conn.busy and not conn._frames and conn.last_active < deadline:
-                    log.info("closing idle connection from %s:%d", *conn.peer)
-                    conn.close()
+            if expiring:
+                self._expire_idle(time.monotonic())
+
+    def _expire_idle(self, now: float) -> None:
+        """Expire connections without progress, queued or unsent data or not (a client that
+        stopped reading has both); one still handling a request is left to finish it."""
+        deadline = now - self.idle_ms / 1000
+        for conn in list(self.connections):
+            if conn.last_progress(now) < deadline and not conn.busy:
+                conn.expire()
 
     def _check_open_files(self) -> None:
         usage = open_files()

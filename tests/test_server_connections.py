@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 
 import pytest
 
@@ -70,6 +71,77 @@ def test_bad_size_prefix_behind_requests_closes_after_answering_them(broker_fact
 
 
 # --- idle expiry -------------------------------------------------------------------------------
+
+
+def stalled_client(b, requests: int) -> socket.socket:
+    """A client that pipelines large Fetches and never reads: its answers fill both sockets."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", b.port))
+    with RawClient(b.bootstrap) as c:
+        frame = c.frame(FETCH, 12, fetch_request("big", 0, max_bytes=8 << 20, partition_max_bytes=8 << 20))
+    s.sendall(frame * requests)
+    return s
+
+
+def idle_closes_of(b, s: socket.socket) -> int:
+    return b.log().count("closing idle connection from 127.0.0.1:%d\n" % s.getsockname()[1])
+
+
+def wait_for(condition, timeout_s: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def served_together(b, n: int) -> bool:
+    """Whether ``n`` new connections are all served at once (the broker sees closes late)."""
+    clients = [RawClient(b.bootstrap) for _ in range(n)]
+    try:
+        return all(c.request(METADATA, 12, MetadataRequest(topics=[])).brokers for c in clients)
+    except ConnectionError:
+        return False
+    finally:
+        for c in clients:
+            c.close()
+
+
+def closed_after_draining(s: socket.socket) -> bool:
+    """Read what the broker sent; True on EOF or reset, False if it is still open."""
+    s.settimeout(2)
+    try:
+        while s.recv(1 << 20):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+@pytest.mark.needs_private_broker
+def test_a_client_that_stops_reading_expires_and_frees_its_slot(broker_factory):
+    """Kafka's IdleExpiryManager counts a socket only while it can read or write: a client that
+    stops reading expires after connections.max.idle.ms whatever is unsent or queued, its
+    socket is closed (a graceful close would wait for it to read) and its slot is freed."""
+    b = broker_factory({"connections.max.idle.ms": "1000", "max.connections": "3"})
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, "big")
+        for _ in range(4):
+            c.request(PRODUCE, 9, produce_request("big", batch([bytes(900_000)])))
+    one, queued = stalled_client(b, 1), stalled_client(b, 10)
+    try:
+        with RawClient(b.bootstrap):  # the third slot: taken while the stalled ones hold theirs
+            with RawClient(b.bootstrap) as over:
+                assert over.is_closed_by_broker()
+        wait_for(lambda: idle_closes_of(b, one) and idle_closes_of(b, queued), what="stalled clients expiring")
+        wait_for(lambda: served_together(b, 3), what="three free slots")
+        assert closed_after_draining(one) and closed_after_draining(queued)
+        assert idle_closes_of(b, one) == 1 and idle_closes_of(b, queued) == 1
+    finally:
+        one.close()
+        queued.close()
 
 
 @pytest.mark.needs_private_broker

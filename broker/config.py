@@ -7,6 +7,7 @@ as they are (Kafka logs them as unused), so a properties file written for Apache
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -35,6 +36,7 @@ class ConfigDef:
     one_of: tuple[str, ...] | None = None
     dynamic: bool = False  # may be changed at run time through (Incremental)AlterConfigs
     internal: bool = False  # Kafka's internal configs: not listed by DescribeConfigs
+    validator: Callable[[Any], Any] | None = None  # raises ConfigError for a value the checks above allow
 
     def parse(self, raw: Any) -> Any:
         """Turn a property string (or already-typed value) into this config's Python value."""
@@ -81,6 +83,8 @@ class ConfigDef:
                         f"Invalid value {v} for configuration {self.name}: String must be one of: "
                         + ", ".join(self.one_of)
                     )
+        if self.validator is not None:
+            self.validator(value)
 
     def render(self, value: Any) -> str | None:
         """The string DescribeConfigs shows for a value."""
@@ -95,6 +99,33 @@ class ConfigDef:
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
+
+
+_VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")  # Kafka's Utils.validHostPattern
+_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_ip_overrides(raw: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides`` as Kafka reads it (Csv.parseCsvMap, then the
+    addresses checked): ``host:count`` entries split at the last colon (IPv6 addresses keep
+    theirs), a later duplicate winning."""
+    name = "max.connections.per.ip.overrides"
+    out: dict[str, int] = {}
+    entries = re.split(r"\s*,\s*", raw) if raw else []
+    while entries and not entries[-1]:
+        entries.pop()  # Java's split drops trailing empty strings
+    for entry in entries:
+        host, colon, count = entry.rpartition(":")
+        count = count.strip()
+        if not colon:
+            raise ConfigError(f"Error parsing configuration property '{name}': {entry!r} is not host:count")
+        if not _JAVA_INT.fullmatch(count) or not -(1 << 31) <= int(count) < 1 << 31:
+            raise ConfigError(f"Error parsing configuration property '{name}': For input string: \"{count}\"")
+        out[host.strip()] = int(count)
+    invalid = [h for h in out if not _VALID_HOST.fullmatch(h)]
+    if invalid:
+        raise ConfigError(f"{name} contains invalid addresses : {','.join(invalid)}")
+    return out
 
 
 def _d(name, type_, default, doc="", **kw) -> ConfigDef:
@@ -113,6 +144,10 @@ _DEFS: list[ConfigDef] = [
     _d("socket.receive.buffer.bytes", INT, 102400, "SO_RCVBUF of accepted sockets (-1: OS default)."),
     _d("connections.max.idle.ms", LONG, 600000, "Idle connections are closed after this long."),
     _d("max.connections", INT, INT_MAX, "Connections accepted at once.", at_least=0, dynamic=True),
+    _d("max.connections.per.ip", INT, INT_MAX, "Connections accepted at once from one address.", at_least=0,
+       dynamic=True),
+    _d("max.connections.per.ip.overrides", STRING, "", "Per-address exceptions to max.connections.per.ip, "
+       "e.g. hostName:100,127.0.0.1:200.", dynamic=True, validator=parse_ip_overrides),
     _d("num.network.threads", INT, 3, "Accepted for compatibility; kshare runs one event loop.", at_least=1),
     _d("num.io.threads", INT, 8, "Accepted for compatibility; kshare runs one event loop.", at_least=1),
     _d("request.timeout.ms", INT, 30000, "Upper bound for internal waits (e.g. acks=all)."),
@@ -302,8 +337,12 @@ class BrokerConfig:
         for name, d in DEFS.items():
             raw = self.dynamic.get(name, self.dynamic_default.get(name, self.static.get(name)))
             values[name] = d.default if raw is None else d.parse(raw)
+        if values["max.connections.per.ip"] == 0 and not values["max.connections.per.ip.overrides"]:
+            raise ConfigError("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
+                              "property is set.")
         self._values = values
         self._raw = None
+        self.listener_max_connections()  # validated at start, as Kafka's listener config
 
     def __getitem__(self, name: str) -> Any:
         if name in self._values:
@@ -421,6 +460,16 @@ class BrokerConfig:
     def listener_address(self) -> tuple[str, int]:
         """(host, port) of the first listener."""
         return parse_listener(self["listeners"][0])
+
+    def listener_config_name(self, name: str) -> str:
+        """``listener.name.<listener>.<name>`` for the one listener (Kafka's configPrefix)."""
+        return f"listener.name.{self['listeners'][0].partition('://')[0].lower()}.{name}"
+
+    def listener_max_connections(self) -> int:
+        """The listener's ``max.connections``, else the broker's: Kafka reads a listener's
+        settings with its prefix overriding."""
+        raw = self.static.get(self.listener_config_name("max.connections"))
+        return self["max.connections"] if raw is None else DEFS["max.connections"].parse(raw)
 
     def advertised_address(self) -> tuple[str, int]:
         adv = self["advertised.listeners"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import logging
 import os
 import resource
@@ -33,6 +34,7 @@ from protocol.messages.api_versions_response import ApiVersion, ApiVersionsRespo
 from protocol.messages.request_header import RequestHeader
 from protocol.primitives import DecodeError
 
+from .config import parse_ip_overrides
 from .context import RequestContext
 from .handlers import REGISTRY
 from .log.throttle import ReportThrottle
@@ -81,6 +83,7 @@ class Connection(asyncio.Protocol):
         self.broker = server.broker
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[str, int] = ("", 0)
+        self.ip = ""  # the peer's address as max.connections.per.ip counts it
         self._buf = bytearray()
         self._frames: deque[bytearray] = deque()
         self._queued_bytes = 0
@@ -111,12 +114,10 @@ class Connection(asyncio.Protocol):
                 pass
         peer = transport.get_extra_info("peername") or ("", 0)
         self.peer = (peer[0], peer[1])
-        if len(self.server.connections) >= self.broker.config["max.connections"]:
-            self.server.refused(self.peer)
+        if not self.server.admit(self):
             self._closed = True
             transport.close()
             return
-        self.server.connections.add(self)
         self._worker = asyncio.get_running_loop().create_task(self._run())
 
     def data_received(self, data: bytes) -> None:
@@ -172,7 +173,7 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self._closed = True
-        self.server.connections.discard(self)
+        self.server.release(self)
         self._wake()
         self.resume_writing()  # nothing more will be written: release a worker waiting to
         for cb in self._close_callbacks:
@@ -382,6 +383,32 @@ class Connection(asyncio.Protocol):
         return parts
 
 
+def _address_key(host: str) -> str:
+    """An address as one key: IPv4-mapped IPv6 peers (dual-stack listeners) as their IPv4."""
+    try:
+        addr = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if addr.version == 6 and addr.ipv4_mapped is not None:
+        return str(addr.ipv4_mapped)
+    return str(addr)
+
+
+def _resolve_overrides(overrides: dict[str, int]) -> dict[str, int]:
+    """Host names to addresses, as Kafka's ConnectionQuotas does (InetAddress.getByName); a
+    name that does not resolve is logged and left out."""
+    out: dict[str, int] = {}
+    for host, count in overrides.items():
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except OSError as e:
+            log.warning("max.connections.per.ip.overrides: cannot resolve %s (%s); its override is ignored", host, e)
+            continue
+        for info in infos:
+            out[_address_key(info[4][0])] = count
+    return out
+
+
 class Server:
     """Accepts connections for one broker and tracks them for idle timeouts and shutdown."""
 
@@ -400,16 +427,64 @@ class Server:
         self._server: asyncio.base_events.Server | None = None
         self._reaper: asyncio.Task | None = None
         self._refusals = ReportThrottle(REPORT_INTERVAL_S, time.monotonic)
+        self._per_ip: dict[str, int] = {}  # open connections by address (Kafka's ConnectionQuotas counts)
+        self._ip_overrides: dict[str, int] = {}
+        self._ip_overrides_raw = ""
+        self._ip_rejections = ReportThrottle(REPORT_INTERVAL_S, time.monotonic)
         self._fd_reports = ReportThrottle(REPORT_INTERVAL_S, time.monotonic)
 
-    def refused(self, peer: tuple[str, int]) -> None:
+    def admit(self, conn: Connection) -> bool:
+        """Count a new connection against Kafka's connection quotas: the listener's and the
+        broker's ``max.connections``, then ``max.connections.per.ip`` (and its overrides) of
+        the peer's address. All are read per connection, so dynamic changes apply to new ones."""
+        cfg = self.broker.config
+        limit, name = cfg["max.connections"], "max.connections"
+        listener_limit = cfg.listener_max_connections()
+        if listener_limit < limit:
+            limit, name = listener_limit, cfg.listener_config_name("max.connections")
+        if len(self.connections) >= limit:
+            self.refused(conn.peer, name, limit)
+            return False
+        conn.ip = ip = _address_key(conn.peer[0])
+        count, ip_limit = self._per_ip.get(ip, 0), self._ip_limit(ip)
+        if count >= ip_limit:
+            self._rejected_ip(ip, ip_limit)
+            return False
+        self._per_ip[ip] = count + 1
+        self.connections.add(conn)
+        return True
+
+    def release(self, conn: Connection) -> None:
+        """Give back an admitted connection's slots."""
+        if conn in self.connections:
+            self.connections.discard(conn)
+            left = self._per_ip.pop(conn.ip) - 1
+            if left:
+                self._per_ip[conn.ip] = left
+
+    def _ip_limit(self, ip: str) -> int:
+        cfg = self.broker.config
+        raw = cfg["max.connections.per.ip.overrides"]
+        if raw != self._ip_overrides_raw:  # parsed (and host names resolved) once per change
+            self._ip_overrides, self._ip_overrides_raw = _resolve_overrides(parse_ip_overrides(raw)), raw
+        return self._ip_overrides.get(ip, cfg["max.connections.per.ip"])
+
+    def _rejected_ip(self, ip: str, limit: int) -> None:
+        """Kafka's acceptor closes a connection over the per-address limit at once and logs it;
+        here that log comes at most once a minute, as for max.connections."""
+        count = self._ip_rejections.occurred()
+        if count:
+            log.info("Rejected connection from %s, address already has the configured maximum of %d connections "
+                     "(%d rejected since the last report).", ip, limit, count)
+
+    def refused(self, peer: tuple[str, int], name: str, limit: int) -> None:
         """A connection over ``max.connections`` is closed at once, and reported at most once a
         minute. Kafka's acceptor waits for a free slot instead; clients reconnect after their
         backoff either way."""
         count = self._refusals.occurred()
         if count:
-            log.warning("max.connections=%d reached: closed %d new connection(s) since the last report, the latest "
-                        "from %s:%d", self.broker.config["max.connections"], count, *peer)
+            log.warning("%s=%d reached: closed %d new connection(s) since the last report, the latest "
+                        "from %s:%d", name, limit, count, *peer)
 
     def response_bytes(self, max_bytes: int) -> int:
         """What a Fetch or ShareFetch may read now: ``max_bytes``, or 1 (one batch) while more

@@ -6,18 +6,26 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
+import sys
 import time
 
 import pytest
 
 from protocol.framing import correlation_id
+from protocol.messages.incremental_alter_configs_request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
 from protocol.messages.metadata_request import MetadataRequest
+from tests.broker_process import ROOT
 from tests.raw_client import RawClient
 from tests.test_produce_support import batch, create_topic, fetch_request, list_offset, produce_request
 
 pytestmark = pytest.mark.e2e
 
-PRODUCE, FETCH, METADATA = 0, 1, 3
+PRODUCE, FETCH, METADATA, INCREMENTAL_ALTER_CONFIGS = 0, 1, 3, 44
 
 
 def answers_until_closed(c: RawClient, timeout_s: float = 10.0) -> list[int]:
@@ -153,3 +161,73 @@ def test_negative_connections_max_idle_ms_disables_idle_expiry(broker_factory):
         assert not c.is_closed_by_broker(timeout_s=1.0)  # 20 of the reaper's shortest periods
         assert list_offset(c, "t", -1).offset == 0
     assert "closing idle connection" not in b.log()
+
+
+# --- connection quotas --------------------------------------------------------------------------
+
+
+def set_broker_config(c: RawClient, name: str, value: str) -> int:
+    resp = c.request(INCREMENTAL_ALTER_CONFIGS, 1, IncrementalAlterConfigsRequest(resources=[
+        AlterConfigsResource(4, "", [AlterableConfig(name, 0, value)])]))
+    return resp.responses[0].error_code
+
+
+def open_clients(b, n: int) -> tuple[list[RawClient], list[bool]]:
+    """``n`` new connections, each asked for Metadata: the clients and whether each was served."""
+    clients, served = [], []
+    for _ in range(n):
+        c = RawClient(b.bootstrap)
+        clients.append(c)
+        try:
+            served.append(bool(c.request(METADATA, 12, MetadataRequest(topics=[])).brokers))
+        except ConnectionError:
+            served.append(False)
+    return clients, served
+
+
+@pytest.mark.needs_private_broker
+def test_max_connections_per_ip_and_its_overrides_limit_one_address(broker_factory):
+    """Kafka's ConnectionQuotas: past max.connections.per.ip (or the address's override) a new
+    connection from that address is closed; both settings are dynamic."""
+    b = broker_factory({"max.connections.per.ip": "2"})
+    clients, served = open_clients(b, 3)
+    try:
+        assert served == [True, True, False]
+        assert ("Rejected connection from 127.0.0.1, address already has the configured maximum of 2 connections"
+                in b.log())
+        assert set_broker_config(clients[0], "max.connections.per.ip.overrides", "localhost:4,otherhost:1") == 0
+        more, served = open_clients(b, 3)
+        clients += more
+        assert served == [True, True, False]  # 4 from 127.0.0.1 (localhost) at once
+        assert set_broker_config(clients[0], "max.connections.per.ip", "0") == 0  # allowed: overrides are set
+        assert set_broker_config(clients[0], "max.connections.per.ip.overrides", "") != 0  # 0 needs overrides
+        assert set_broker_config(clients[0], "max.connections.per.ip.overrides", "127.0.0.1:x") != 0
+    finally:
+        for c in clients:
+            c.close()
+
+
+@pytest.mark.needs_private_broker
+def test_listener_max_connections_limits_the_listener(broker_factory):
+    """``listener.name.<listener>.max.connections`` caps the listener below max.connections."""
+    b = broker_factory({"listener.name.plaintext.max.connections": "1", "max.connections": "5"})
+    clients, served = open_clients(b, 2)
+    try:
+        assert served == [True, False]
+        assert "listener.name.plaintext.max.connections=1 reached" in b.log()
+    finally:
+        for c in clients:
+            c.close()
+
+
+@pytest.mark.needs_private_broker
+@pytest.mark.parametrize("override, message", [
+    ("max.connections.per.ip=0", "max.connections.per.ip can be set to zero only if"),
+    ("max.connections.per.ip.overrides=a b:1", "max.connections.per.ip.overrides contains invalid addresses : a b"),
+    ("max.connections.per.ip.overrides=127.0.0.1", "Error parsing configuration property"),
+    ("listener.name.plaintext.max.connections=-1", "Invalid value -1 for configuration max.connections"),
+])
+def test_invalid_connection_limits_stop_the_start(tmp_path, override, message):
+    run = subprocess.run([sys.executable, "-m", "broker", "--port", "0", "--data-dir", str(tmp_path / "data"),
+                          "--override", override], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and message in run.stderr, run.stderr

@@ -410,7 +410,8 @@ def _resolve_overrides(overrides: dict[str, int]) -> dict[str, int]:
 
 
 class Server:
-    """Accepts connections for one broker and tracks them for idle timeouts and shutdown."""
+    """Accepts connections for one broker within its connection limits, and tracks them for
+    idle timeouts and shutdown."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker

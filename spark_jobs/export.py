@@ -2,17 +2,27 @@
 
 Layout of the export directory (a local path)::
 
-    DIR/_kshare_export.json   the commit: topic, committed runs, next offset per state partition
-    DIR/run-00001/            Parquet files of one run (rows of ``state_rows.STATE_SCHEMA``)
-    DIR/run-00002/ ...
+    DIR/_kshare_export.json   the commit: topic, committed runs, next offset and floor per state
+                              partition
+    DIR/run-00001/            Parquet files of one run (rows of ``state_rows.STATE_SCHEMA``;
+    DIR/run-00002/ ...        one file per planned range, so per state partition)
 
 A run reads each state partition from its recorded next offset (or its log start) up to the
 log end offset taken when the run starts, writes the rows to a temporary directory, renames it
 into place and only then rewrites the JSON file (atomically). A run that dies half-way leaves
 no committed rows: its directory is not listed and is removed by the next run, which reads the
-same offsets again. Records the share coordinator pruned before they were exported (its log
-start moved past the recorded offset) are gone; the run starts at the log start and reports
-how many offsets it skipped.
+same offsets again.
+
+The share coordinator prunes its partitions: it moves the log start up to the oldest record a
+live key still needs (its latest ShareSnapshot), and a deleted key (its tombstone, written by
+DeleteShareGroupState) drops out of that computation, so the tombstone itself goes too. Records
+below the log start are therefore redundant for a reader that starts there, but not for one
+that kept rows from before: if the log start moved past a partition's recorded next offset,
+the tombstones in between may be gone and the rows kept from earlier runs could resurrect
+deleted share-partitions. That partition is then rebuilt from the log start: its floor (in the
+commit) is set to the log start, and rows of a state partition below its floor are not part of
+the export (``committed_files`` leaves out files wholly below it, ``floor_filter`` the rows).
+Other state partitions keep their rows.
 
 The rows are read as ``spark.read.format("kshare-share-state")`` reads them (the same input
 partitions, one Spark task each, decoded column-wise into Arrow), and each task writes its
@@ -22,19 +32,27 @@ own Parquet file with pyarrow, so the rows never become JVM rows (see ``_write_p
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 from protocol.coordinator_serde import SHARE_GROUP_STATE_TOPIC
 from protocol.errors import ErrorCode, KafkaError
 
 from .kafka_io import Cluster
-from .source import plan_ranges, read_state_range, source_options
+from .offsets import OffsetRange, split_ranges
+from .source import read_state_range, source_options
 from .state_rows import STATE_ARROW_SCHEMA, STATE_SCHEMA
 
-__all__ = ["COMMIT_FILE", "ExportResult", "export_share_state", "read_export", "committed"]
+__all__ = ["COMMIT_FILE", "ExportResult", "export_share_state", "read_export", "committed", "committed_files",
+           "floor_filter", "floor_condition"]
+
+log = logging.getLogger(__name__)
 
 COMMIT_FILE = "_kshare_export.json"
 ROW_GROUP_ROWS = 1 << 17  # rows per Parquet row group of an export file
@@ -51,6 +69,18 @@ class ExportResult:
     next_offsets: dict[int, int]       # state partition -> next offset to export
     skipped_offsets: int = 0           # offsets pruned from the topic before they were exported
     runs: list[str] = field(default_factory=list)  # every committed run
+    # state partition -> the log start it was rebuilt from (records between the recorded next
+    # offset and the log start were pruned)
+    rebuilt: dict[int, int] = field(default_factory=dict)
+
+    def notes(self) -> list[str]:
+        """What a report should tell its reader about this export."""
+        out = []
+        if self.rebuilt:
+            parts = ", ".join(f"{p} (from offset {o})" for p, o in sorted(self.rebuilt.items()))
+            out.append(f"Rebuilt state partition(s) {parts}: the share coordinator pruned records "
+                       "that were not exported yet.")
+        return out
 
 
 def committed(out_dir: str | os.PathLike) -> dict:
@@ -61,10 +91,77 @@ def committed(out_dir: str | os.PathLike) -> dict:
     return json.loads(path.read_text())
 
 
+def _floors(content: dict) -> dict[int, int]:
+    return {int(p): int(o) for p, o in content.get("floors", {}).items()}
+
+
+def _below_floor(path: Path, floors: dict[int, int]) -> bool:
+    """Whether the footer shows every row of the file is of one state partition and below its
+    floor (unknown: False, and the rows are filtered instead)."""
+    md = pq.ParquetFile(path).metadata
+    names = md.schema.names
+    if md.num_rows == 0:
+        return True
+    if "state_partition" not in names or "offset" not in names:
+        return False
+    sp_col, off_col = names.index("state_partition"), names.index("offset")
+    sps, top = set(), None
+    for i in range(md.num_row_groups):
+        sp, off = md.row_group(i).column(sp_col).statistics, md.row_group(i).column(off_col).statistics
+        if sp is None or off is None or not sp.has_min_max or not off.has_min_max or sp.min != sp.max:
+            return False
+        sps.add(sp.min)
+        top = off.max if top is None else max(top, off.max)
+    return len(sps) == 1 and (p := next(iter(sps))) in floors and top < floors[p]
+
+
+def committed_files(out_dir: str | os.PathLike, content: dict | None = None) -> list[str]:
+    """The Parquet files of the committed runs, less those wholly below their state partition's
+    floor. Rows of other files below a floor are left out by ``floor_filter``."""
+    out = Path(out_dir)
+    content = committed(out) if content is None else content
+    floors = _floors(content)
+    files = []
+    for run in content.get("runs", []):
+        for f in sorted((out / run).iterdir()):
+            if f.suffix != ".parquet" or f.name.startswith(("_", ".")):
+                continue
+            if floors and _below_floor(f, floors):
+                continue
+            files.append(str(f))
+    return files
+
+
+def floor_filter(out_dir: str | os.PathLike, content: dict | None = None):
+    """A pyarrow expression keeping the rows at or above their state partition's floor (None
+    when there is no floor)."""
+    floors = _floors(committed(out_dir) if content is None else content)
+    keep = None
+    for p, o in sorted(floors.items()):
+        cond = ~((pc.field("state_partition") == p) & (pc.field("offset") < o))
+        keep = cond if keep is None else keep & cond
+    return keep
+
+
+def floor_condition(out_dir: str | os.PathLike, content: dict | None = None) -> str | None:
+    """``floor_filter`` as a Spark SQL condition."""
+    floors = _floors(committed(out_dir) if content is None else content)
+    if not floors:
+        return None
+    return " AND ".join(f"NOT (state_partition = {p} AND offset < {o})" for p, o in sorted(floors.items()))
+
+
 def _commit(out_dir: Path, content: dict) -> None:
     tmp = out_dir / (COMMIT_FILE + ".tmp")
     tmp.write_text(json.dumps(content, indent=1, sort_keys=True))
     os.replace(tmp, out_dir / COMMIT_FILE)
+
+
+def plan_state_ranges(opts, start: dict[int, int], end: dict[int, int]) -> list[OffsetRange]:
+    """The input partitions of ``[start[p], end[p])`` of the state topic."""
+    topic = opts.topics[0]
+    ranges = [OffsetRange(topic, p, start[p], end[p]) for p in sorted(end)]
+    return split_ranges(ranges, opts.max_offsets_per_split, opts.min_partitions)
 
 
 def export_share_state(spark, bootstrap: str, out_dir: str | os.PathLike, *,
@@ -73,52 +170,78 @@ def export_share_state(spark, bootstrap: str, out_dir: str | os.PathLike, *,
     """Export the state records not exported yet; see the module docstring."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    state = committed(out) or {"topic": topic, "runs": [], "next_offsets": {}}
+    previous = committed(out)
+    state = previous or {"topic": topic, "runs": [], "next_offsets": {}}
     if state["topic"] != topic:
         raise ValueError(f"{out} holds an export of {state['topic']!r}, not {topic!r}")
-    runs = list(state["runs"])
     for stale in out.glob("_tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     for d in out.glob("run-*"):
-        if d.name not in runs:  # written but never committed
+        if d.name not in state["runs"]:  # written but never committed
             shutil.rmtree(d, ignore_errors=True)
-    next_offsets = {int(p): o for p, o in state["next_offsets"].items()}
-    try:
-        with Cluster(bootstrap) as cluster:
+    with Cluster(bootstrap) as cluster:
+        try:
             earliest, latest = cluster.offset_bounds(topic)
-    except KafkaError as e:
-        if e.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # no share group has stored state yet
-            return ExportResult(None, 0, next_offsets, 0, runs)
-        raise
-    start, skipped = {}, 0
-    for p in latest:
-        begin = next_offsets.get(p, earliest[p])
-        if begin < earliest[p]:
-            skipped += earliest[p] - begin
-            begin = earliest[p]
-        start[p] = min(begin, latest[p])
-    if all(start[p] >= latest[p] for p in latest):
-        return ExportResult(None, 0, {**next_offsets, **latest}, skipped, runs)
-    run = f"run-{len(runs) + 1:05d}"
-    tmp = out / f"_tmp-{run}"
-    options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic,
-               "startingOffsets": json.dumps({topic: {str(p): o for p, o in start.items()}}),
-               "endingOffsets": json.dumps({topic: {str(p): o for p, o in latest.items()}})}
-    if max_offsets_per_split:
-        options["maxOffsetsPerSplit"] = str(max_offsets_per_split)
-    if min_partitions:
-        options["minPartitions"] = str(min_partitions)
-    records = _write_parquet(spark, source_options(options), tmp)
-    os.replace(tmp, out / run)
-    runs.append(run)
-    next_offsets.update(latest)
-    _commit(out, {"topic": topic, "runs": runs, "next_offsets": {str(p): o for p, o in sorted(next_offsets.items())}})
-    return ExportResult(run, records, next_offsets, skipped, runs)
+        except KafkaError as e:
+            if e.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # else: no share group has stored state yet
+                raise
+            earliest, latest = {}, {}
+        runs = list(state["runs"])
+        next_offsets = {int(p): o for p, o in state["next_offsets"].items()}
+        floors = _floors(state)
+        start, skipped, rebuilt = {}, 0, {}
+        for p in latest:
+            begin = next_offsets.get(p, earliest[p])
+            if begin < earliest[p]:
+                # Pruned before we read them: maybe a tombstone of a key whose rows we kept.
+                skipped += earliest[p] - begin
+                begin = rebuilt[p] = floors[p] = earliest[p]
+            start[p] = min(begin, latest[p])
+        end = dict(latest)
+        run, records = None, 0
+        if any(start[p] < end[p] for p in end):
+            run = f"run-{len(runs) + 1:05d}"
+            tmp = out / f"_tmp-{run}"
+            options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}
+            if max_offsets_per_split:
+                options["maxOffsetsPerSplit"] = str(max_offsets_per_split)
+            if min_partitions:
+                options["minPartitions"] = str(min_partitions)
+            opts = source_options(options)
+            tmp.mkdir()
+            written = _write_parquet(spark, opts, plan_state_ranges(opts, start, end), tmp)
+            records = sum(rows for _p, rows in written.values())
+            if written:
+                os.replace(tmp, out / run)
+                runs.append(run)
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
+                run = None
+        next_offsets.update(end)
+    content = {"topic": topic, "runs": runs, "next_offsets": {str(p): o for p, o in sorted(next_offsets.items())}}
+    if floors:
+        content["floors"] = {str(p): o for p, o in sorted(floors.items())}
+    if content != previous:
+        _commit(out, content)
+    _remove_dead(out, content)
+    return ExportResult(run, records, next_offsets, skipped, runs, rebuilt)
 
 
-def _write_parquet(spark, opts, tmp: Path) -> int:
-    """Read the planned ranges of ``kshare-share-state`` and write their rows to Parquet
-    files in ``tmp`` (created; must not exist); returns the rows written.
+def _remove_dead(out: Path, content: dict) -> None:
+    """After a commit: remove the files wholly below a floor (readers skip them already; this
+    only frees the space and the footer reads)."""
+    floors = _floors(content)
+    if not floors:
+        return
+    for r in content["runs"]:
+        for f in (out / r).iterdir():
+            if f.suffix == ".parquet" and _below_floor(f, floors):
+                f.unlink()
+
+
+def _write_parquet(spark, opts, ranges: list[OffsetRange], tmp: Path) -> dict[str, tuple[int, int]]:
+    """Read ``ranges`` of ``kshare-share-state`` and write their rows to Parquet files in
+    ``tmp`` (which exists); returns {file name: (state partition, rows)}.
 
     The same read as ``spark.read.format("kshare-share-state")...load().write.parquet(tmp)``
     (the same input partitions, the same rows), but each input partition's rows are written
@@ -128,19 +251,17 @@ def _write_parquet(spark, opts, tmp: Path) -> int:
     task costs tens of milliseconds of scheduling and Python worker round trips), keeping at
     least ``minPartitions`` tasks and one per core. A file is named by its input partition and
     the task attempt; only the files of the attempts Spark reports as done are kept."""
-    ranges = plan_ranges(opts)
-    tmp.mkdir()
     if not ranges:
-        return 0
+        return {}
     tasks = _pack(ranges, opts.max_offsets_per_split,
                   max(opts.min_partitions or 0, spark.sparkContext.defaultParallelism))
     done = (spark.range(len(tasks), numPartitions=len(tasks))
-            .mapInArrow(_ParquetTask(opts, ranges, tasks, str(tmp)), "file string, rows long").collect())
+            .mapInArrow(_ParquetTask(opts, ranges, tasks, str(tmp)), "file string, range int, rows long").collect())
     keep = {r["file"] for r in done}
     for f in tmp.iterdir():
         if f.name not in keep:  # a failed attempt's leftovers
             f.unlink()
-    return sum(r["rows"] for r in done)
+    return {r["file"]: (ranges[r["range"]].partition, r["rows"]) for r in done}
 
 
 def _pack(ranges, capacity: int, min_tasks: int) -> list[list[int]]:
@@ -186,13 +307,16 @@ class _ParquetTask:
                             pending = []
                     if pending:
                         w.write_table(pa.Table.from_batches(pending), row_group_size=ROW_GROUP_ROWS)
-                yield pa.RecordBatch.from_pydict({"file": [name], "rows": [rows]})
+                yield pa.RecordBatch.from_pydict({"file": [name], "range": pa.array([i], pa.int32()), "rows": [rows]})
 
 
 def read_export(spark, out_dir: str | os.PathLike):
     """The committed rows of an export as one DataFrame (empty before the first run)."""
     out = Path(out_dir)
-    runs = committed(out).get("runs", [])
-    if not runs:
+    content = committed(out)
+    files = committed_files(out, content)
+    if not files:
         return spark.createDataFrame([], STATE_SCHEMA)
-    return spark.read.schema(STATE_SCHEMA).parquet(*[str(out / r) for r in runs])
+    rows = spark.read.schema(STATE_SCHEMA).parquet(*files)
+    cond = floor_condition(out, content)
+    return rows.where(cond) if cond else rows

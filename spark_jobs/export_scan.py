@@ -41,7 +41,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from coordinator.share.combiner import ACKNOWLEDGED, ARCHIVED
 
-from .export import committed
+from .export import committed, committed_files, floor_filter
 from .fold import (
     _LATEST_ARROW,
     _REPLAY_COLUMNS,
@@ -83,11 +83,10 @@ class ExportScan:
         self.spark = spark
         self.export_dir = Path(export_dir)
         self.groups = list(groups) if groups else None
-        runs = committed(self.export_dir).get("runs", [])
-        files = []
-        for run in runs:
-            files.extend(sorted(str(f) for f in (self.export_dir / run).iterdir()
-                                if f.suffix == ".parquet" and not f.name.startswith(("_", "."))))
+        content = committed(self.export_dir)
+        # Rows below their state partition's floor (rebuilt from the log start) are not part of it.
+        files = committed_files(self.export_dir, content)
+        self.floor = floor_filter(self.export_dir, content)
         self.files = files
         self.tasks = self._plan(files, max(1, 2 * spark.sparkContext.defaultParallelism))
 
@@ -135,7 +134,7 @@ class ExportScan:
 
     def _run(self, fn, schema: pa.Schema) -> DataFrame:
         return (self.spark.range(len(self.tasks), numPartitions=len(self.tasks))
-                .mapInArrow(_Pass(fn, self.tasks, self.groups), from_arrow_schema(schema)))
+                .mapInArrow(_Pass(fn, self.tasks, self.groups, self.floor), from_arrow_schema(schema)))
 
     def rows(self) -> DataFrame:
         """The committed rows as a DataFrame (``export.read_export``, group filter applied)."""
@@ -242,32 +241,37 @@ class _Rows:
 class _Pass:
     """``mapInArrow`` body: for each task index, read its files and run ``fn`` on them."""
 
-    def __init__(self, fn, tasks: list[list[str]], groups: list[str] | None) -> None:
-        self.fn, self.tasks, self.groups = fn, tasks, groups
+    def __init__(self, fn, tasks: list[list[str]], groups: list[str] | None, floor=None) -> None:
+        self.fn, self.tasks, self.groups, self.floor = fn, tasks, groups, floor
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for i in batch.column(0).to_pylist():
-                yield from self.fn(_Files(self.tasks[i], self.groups))
+                yield from self.fn(_Files(self.tasks[i], self.groups, self.floor))
 
 
 class _Files:
-    """One task's files: read a few columns of all of them as one table."""
+    """One task's files: read a few columns of all of them as one table (the rows at or above
+    their state partition's floor, of the groups asked for)."""
 
-    def __init__(self, files: list[str], groups: list[str] | None) -> None:
-        self.files, self.groups = files, groups
+    def __init__(self, files: list[str], groups: list[str] | None, floor=None) -> None:
+        self.files, self.groups, self.floor = files, groups, floor
 
     def read(self, columns: list[str]) -> pa.Table:
         cols = list(dict.fromkeys([*columns, "group_id"] if self.groups else columns))
+        if self.floor is not None:
+            cols = list(dict.fromkeys([*cols, "state_partition", "offset"]))
         want = pa.schema([STATE_ARROW_SCHEMA.field(c) for c in cols])
         tables = []
         for f in self.files:
             part = pq.read_table(f, columns=cols)
             tables.append(part if part.schema.equals(want) else part.cast(want))  # e.g. Spark's INT96 timestamps
         t = pa.concat_tables(tables).combine_chunks() if tables else want.empty_table()
+        if self.floor is not None:
+            t = t.filter(self.floor)
         if self.groups:
-            t = t.filter(pc.is_in(t["group_id"], pa.array(self.groups, pa.string()))).select(columns)
-        return t
+            t = t.filter(pc.is_in(t["group_id"], pa.array(self.groups, pa.string())))
+        return t.select(columns)
 
 
 def _factorize(*columns: np.ndarray) -> tuple[np.ndarray, int]:

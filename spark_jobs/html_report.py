@@ -115,7 +115,8 @@ _HEALTH_COLUMNS = [("topic", "Topic"), ("partition", "Partition"), ("acknowledge
 
 
 def render(*, lag: pd.DataFrame, totals: pd.DataFrame, history: pd.DataFrame, health: pd.DataFrame,
-           generated_ms: int, bootstrap: str, delivery_count_limit: int, state_records: int) -> str:
+           generated_ms: int, bootstrap: str, delivery_count_limit: int, state_records: int,
+           notes: list[str] | None = None) -> str:
     """The whole page. ``lag``: ``lag.lag_table``; ``totals``: ``lag.lag_totals``; ``history``:
     ``lag.group_history``; ``health``: per partition (group, topic, partition and the health
     columns)."""
@@ -128,6 +129,7 @@ def render(*, lag: pd.DataFrame, totals: pd.DataFrame, history: pd.DataFrame, he
            f"{state_records:,} share-state records. Lag as in KIP-1226: log end offset &minus; start offset "
            f"&minus; delivery complete count; {UNKNOWN_MARK} when unknown. Delivery limit "
            f"{delivery_count_limit}.</p>"]
+    out.extend(f'<p class="meta note">{html.escape(n)}</p>' for n in notes or ())
     if not groups:
         out.append("<p>No share-group state found.</p>")
     for group in groups:

@@ -27,7 +27,7 @@ import pyarrow.dataset as pads
 
 from protocol.uuids import uuid_to_str
 
-from .export import committed, export_share_state
+from .export import ExportResult, committed, committed_files, export_share_state, floor_filter
 from .export_scan import ExportScan
 from .html_report import render
 from .kafka_io import LATEST_TIMESTAMP, Cluster
@@ -50,6 +50,12 @@ class ReportResult:
     exported: int          # state records this run exported
     state_records: int     # state records the report covers
     files: dict[str, Path]
+    export: ExportResult | None = None  # what the export did (see its notes())
+
+    @property
+    def notes(self) -> list[str]:
+        """What the reader should know about the state behind this report."""
+        return self.export.notes() if self.export is not None else []
 
 
 def build_report(spark, bootstrap: str, out_dir: str | Path, *, groups: list[str] | None = None,
@@ -64,6 +70,8 @@ def build_report(spark, bootstrap: str, out_dir: str | Path, *, groups: list[str
     export_dir = out / "state-export"
     exported = export_share_state(spark, bootstrap, export_dir, topic=state_topic,
                                   max_offsets_per_split=max_offsets_per_split)
+    for note in exported.notes():
+        step(note)
     scan = ExportScan(spark, export_dir, groups)
     lo_ms, hi_ms, total_records, partitions = _time_span(export_dir, groups)
     bucket_ms = max(1, math.ceil((hi_ms - lo_ms + 1) / max(1, history_points_max)))
@@ -124,18 +132,23 @@ def build_report(spark, bootstrap: str, out_dir: str | Path, *, groups: list[str
     health.to_csv(files["delivery_health.csv"], index=False)
     files["report.html"].write_text(render(
         lag=table, totals=totals, history=history, health=health, generated_ms=int(time.time() * 1000),
-        bootstrap=bootstrap, delivery_count_limit=delivery_count_limit, state_records=total_records))
-    return ReportResult(table, totals, history, health, exported.records, total_records, files)
+        bootstrap=bootstrap, delivery_count_limit=delivery_count_limit, state_records=total_records,
+        notes=exported.notes()))
+    return ReportResult(table, totals, history, health, exported.records, total_records, files, exported)
 
 
 def _time_span(export_dir: Path, groups: list[str] | None) -> tuple[int, int, int, set[tuple[str, int]]]:
     """(first, last record timestamp in ms, records, the (topic id, partition) pairs) of the
     export, read from its Parquet files directly (a column scan, cheaper than a Spark job)."""
-    runs = committed(export_dir).get("runs", [])
-    if not runs:
+    content = committed(export_dir)
+    files = committed_files(export_dir, content)
+    if not files:
         return 0, 0, 0, set()
-    ds = pads.dataset([pads.dataset(str(export_dir / r), format="parquet") for r in runs])
+    ds = pads.dataset(files, format="parquet")
     flt = pads.field("group_id").isin(list(groups)) if groups else None
+    floor = floor_filter(export_dir, content)
+    if floor is not None:
+        flt = floor if flt is None else flt & floor
     t = ds.to_table(columns=["timestamp", "topic_id", "partition"], filter=flt)
     ts = t.column("timestamp")
     if len(ts) == 0:

@@ -22,7 +22,10 @@ the tombstones in between may be gone and the rows kept from earlier runs could 
 deleted share-partitions. That partition is then rebuilt from the log start: its floor (in the
 commit) is set to the log start, and rows of a state partition below its floor are not part of
 the export (``committed_files`` leaves out files wholly below it, ``floor_filter`` the rows).
-Other state partitions keep their rows.
+Other state partitions keep their rows. The same happens when the log start moves while a run
+reads (a fetch answers OFFSET_OUT_OF_RANGE below the new log start): the partition's files of
+this run are dropped and it is planned again from the new log start, a bounded number of times.
+A fetch out of range for any other reason still fails the run (``DataLossError``).
 
 The rows are read as ``spark.read.format("kshare-share-state")`` reads them (the same input
 partitions, one Spark task each, decoded column-wise into Arrow), and each task writes its
@@ -44,18 +47,19 @@ import pyarrow.parquet as pq
 from protocol.coordinator_serde import SHARE_GROUP_STATE_TOPIC
 from protocol.errors import ErrorCode, KafkaError
 
-from .kafka_io import Cluster
+from .kafka_io import Cluster, DataLossError, LogStartMovedError
 from .offsets import OffsetRange, split_ranges
 from .source import read_state_range, source_options
 from .state_rows import STATE_ARROW_SCHEMA, STATE_SCHEMA
 
 __all__ = ["COMMIT_FILE", "ExportResult", "export_share_state", "read_export", "committed", "committed_files",
-           "floor_filter", "floor_condition"]
+           "floor_filter", "floor_condition", "MAX_REPLANS"]
 
 log = logging.getLogger(__name__)
 
 COMMIT_FILE = "_kshare_export.json"
 ROW_GROUP_ROWS = 1 << 17  # rows per Parquet row group of an export file
+MAX_REPLANS = 5  # times a run plans a partition again after its log start moved under the read
 # Columns with few distinct values, dictionary-encoded; offsets, timestamps and the batches
 # are stored plain (cheaper to write, and to read back in Spark's vectorised reader).
 _DICTIONARY_COLUMNS = ["state_partition", "record_type", "tombstone", "group_id", "topic_id", "partition",
@@ -70,7 +74,7 @@ class ExportResult:
     skipped_offsets: int = 0           # offsets pruned from the topic before they were exported
     runs: list[str] = field(default_factory=list)  # every committed run
     # state partition -> the log start it was rebuilt from (records between the recorded next
-    # offset and the log start were pruned)
+    # offset and the log start were pruned, or the log start moved during the read)
     rebuilt: dict[int, int] = field(default_factory=dict)
 
     def notes(self) -> list[str]:
@@ -209,7 +213,29 @@ def export_share_state(spark, bootstrap: str, out_dir: str | os.PathLike, *,
                 options["minPartitions"] = str(min_partitions)
             opts = source_options(options)
             tmp.mkdir()
-            written = _write_parquet(spark, opts, plan_state_ranges(opts, start, end), tmp)
+            written: dict[str, tuple[int, int]] = {}  # file -> (state partition, rows)
+            todo = plan_state_ranges(opts, start, end)
+            for round_ in range(MAX_REPLANS + 1):
+                files, moved = _write_parquet(spark, opts, todo, tmp, round_)
+                written.update(files)
+                if not moved:
+                    break
+                if round_ == MAX_REPLANS:
+                    raise DataLossError(f"{topic}: the log start of partition(s) {sorted(moved)} kept moving "
+                                        f"while {MAX_REPLANS + 1} reads ran")
+                # The log start moved under the read: drop what this run has of those
+                # partitions and read them again from the new log start.
+                for f, (p, _rows) in list(written.items()):
+                    if p in moved:
+                        (tmp / f).unlink(missing_ok=True)
+                        del written[f]
+                now, _ = cluster.offset_bounds(topic)
+                log.info("%s: the log start of partition(s) %s moved during the read; reading them again",
+                         topic, sorted(moved))
+                for p in moved:
+                    start[p] = rebuilt[p] = floors[p] = max(now[p], moved[p])
+                    end[p] = max(end[p], start[p])
+                todo = plan_state_ranges(opts, {p: start[p] for p in moved}, {p: end[p] for p in moved})
             records = sum(rows for _p, rows in written.values())
             if written:
                 os.replace(tmp, out / run)
@@ -239,9 +265,12 @@ def _remove_dead(out: Path, content: dict) -> None:
                 f.unlink()
 
 
-def _write_parquet(spark, opts, ranges: list[OffsetRange], tmp: Path) -> dict[str, tuple[int, int]]:
+def _write_parquet(spark, opts, ranges: list[OffsetRange], tmp: Path,
+                   round_: int = 0) -> tuple[dict[str, tuple[int, int]], dict[int, int]]:
     """Read ``ranges`` of ``kshare-share-state`` and write their rows to Parquet files in
-    ``tmp`` (which exists); returns {file name: (state partition, rows)}.
+    ``tmp`` (which exists); returns ({file name: (state partition, rows)}, {state partition:
+    its new log start} for the partitions whose log start moved past a range while it was
+    read: their files are incomplete).
 
     The same read as ``spark.read.format("kshare-share-state")...load().write.parquet(tmp)``
     (the same input partitions, the same rows), but each input partition's rows are written
@@ -249,19 +278,28 @@ def _write_parquet(spark, opts, ranges: list[OffsetRange], tmp: Path) -> dict[st
     JVM rows: Spark's Arrow-to-row conversion and row-wise Parquet writer cost ten times the
     decoding. Input partitions smaller than ``maxOffsetsPerSplit`` share a Spark task (a
     task costs tens of milliseconds of scheduling and Python worker round trips), keeping at
-    least ``minPartitions`` tasks and one per core. A file is named by its input partition and
-    the task attempt; only the files of the attempts Spark reports as done are kept."""
+    least ``minPartitions`` tasks and one per core. A file is named by the round, its input
+    partition and the task attempt; only the files of the attempts Spark reports as done are
+    kept."""
     if not ranges:
-        return {}
+        return {}, {}
     tasks = _pack(ranges, opts.max_offsets_per_split,
                   max(opts.min_partitions or 0, spark.sparkContext.defaultParallelism))
     done = (spark.range(len(tasks), numPartitions=len(tasks))
-            .mapInArrow(_ParquetTask(opts, ranges, tasks, str(tmp)), "file string, range int, rows long").collect())
+            .mapInArrow(_ParquetTask(opts, ranges, tasks, str(tmp), round_),
+                        "file string, range int, rows long, moved long").collect())
     keep = {r["file"] for r in done}
+    prefix = f"part-r{round_:02d}-"
     for f in tmp.iterdir():
-        if f.name not in keep:  # a failed attempt's leftovers
+        if f.name.startswith(prefix) and f.name not in keep:  # a failed attempt's leftovers
             f.unlink()
-    return {r["file"]: (ranges[r["range"]].partition, r["rows"]) for r in done}
+    files, moved = {}, {}
+    for r in done:
+        p = ranges[r["range"]].partition
+        files[r["file"]] = (p, r["rows"])
+        if r["moved"] >= 0:
+            moved[p] = max(moved.get(p, -1), r["moved"])
+    return files, moved
 
 
 def _pack(ranges, capacity: int, min_tasks: int) -> list[list[int]]:
@@ -282,8 +320,9 @@ class _ParquetTask:
     """``mapInArrow`` body of ``_write_parquet``: for each task index, read and write the
     files of its ranges."""
 
-    def __init__(self, opts, ranges, tasks: list[list[int]], directory: str) -> None:
+    def __init__(self, opts, ranges, tasks: list[list[int]], directory: str, round_: int = 0) -> None:
         self.opts, self.ranges, self.tasks, self.directory = opts, ranges, tasks, directory
+        self.round = round_
 
     def __call__(self, batches):
         import pyarrow as pa
@@ -294,20 +333,24 @@ class _ParquetTask:
         attempt = ctx.attemptNumber() if ctx is not None else 0
         for batch in batches:
             for i in (i for task in batch.column(0).to_pylist() for i in self.tasks[task]):
-                name = f"part-{i:05d}-{attempt}.parquet"
-                rows = 0
+                name = f"part-r{self.round:02d}-{i:05d}-{attempt}.parquet"
+                rows, moved = 0, -1
                 with pq.ParquetWriter(os.path.join(self.directory, name), STATE_ARROW_SCHEMA,
                                       use_dictionary=_DICTIONARY_COLUMNS) as w:
                     pending: list = []
-                    for b in read_state_range(self.opts, self.ranges[i]):
-                        pending.append(b)
-                        rows += b.num_rows
-                        if sum(x.num_rows for x in pending) >= ROW_GROUP_ROWS:
-                            w.write_table(pa.Table.from_batches(pending), row_group_size=ROW_GROUP_ROWS)
-                            pending = []
+                    try:
+                        for b in read_state_range(self.opts, self.ranges[i]):
+                            pending.append(b)
+                            rows += b.num_rows
+                            if sum(x.num_rows for x in pending) >= ROW_GROUP_ROWS:
+                                w.write_table(pa.Table.from_batches(pending), row_group_size=ROW_GROUP_ROWS)
+                                pending = []
+                    except LogStartMovedError as e:  # the driver drops the partition's files and re-plans
+                        moved, pending = e.log_start, []
                     if pending:
                         w.write_table(pa.Table.from_batches(pending), row_group_size=ROW_GROUP_ROWS)
-                yield pa.RecordBatch.from_pydict({"file": [name], "range": pa.array([i], pa.int32()), "rows": [rows]})
+                yield pa.RecordBatch.from_pydict({"file": [name], "range": pa.array([i], pa.int32()), "rows": [rows],
+                                                  "moved": [moved]})
 
 
 def read_export(spark, out_dir: str | os.PathLike):

@@ -38,7 +38,7 @@ from protocol.records import (
 
 from .offsets import OffsetRange
 
-__all__ = ["TopicInfo", "Cluster", "DataLossError", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP"]
+__all__ = ["TopicInfo", "Cluster", "DataLossError", "LogStartMovedError", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP"]
 
 LATEST_TIMESTAMP = -1   # ListOffsets: the log end offset (read_uncommitted: the high watermark)
 EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
@@ -58,6 +58,17 @@ _STALE_METADATA = frozenset({
 
 class DataLossError(RuntimeError):
     """Records a read was planned to cover are gone (deleted by retention or truncated)."""
+
+
+class LogStartMovedError(DataLossError):
+    """The records a read was at were deleted while it read: the partition's log start moved
+    past them (retention, DeleteRecords, the share coordinator pruning its state topic).
+    ``log_start`` is the new log start offset. Readers that can start over from the log start
+    catch it; for everyone else it is a ``DataLossError`` like any other."""
+
+    def __init__(self, message: str, topic: str, partition: int, offset: int, log_start: int) -> None:
+        super().__init__(message)
+        self.topic, self.partition, self.offset, self.log_start = topic, partition, offset, log_start
 
 
 class TopicInfo(NamedTuple):
@@ -243,8 +254,11 @@ class Cluster:
                 if offset < start and not fail_on_data_loss:
                     offset = start
                     continue
-                raise DataLossError(f"{r.topic}-{r.partition}: offset {offset} is out of range "
-                                    f"(log start {start}); records planned for this read are gone")
+                message = (f"{r.topic}-{r.partition}: offset {offset} is out of range "
+                           f"(log start {start}); records planned for this read are gone")
+                if offset < start:  # deleted from the front while we read
+                    raise LogStartMovedError(message, r.topic, r.partition, offset, start)
+                raise DataLossError(message)
             if code:
                 raise KafkaError(code, f"Fetch {r.topic}-{r.partition} at {offset}")
             buf = p.records

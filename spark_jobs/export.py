@@ -2,8 +2,8 @@
 
 Layout of the export directory (a local path)::
 
-    DIR/_kshare_export.json   the commit: topic, committed runs, next offset and floor per state
-                              partition
+    DIR/_kshare_export.json   the commit: topic, cluster id, the state topic's id, committed runs,
+                              next offset and floor per state partition
     DIR/run-00001/            Parquet files of one run (rows of ``state_rows.STATE_SCHEMA``;
     DIR/run-00002/ ...        one file per planned range, so per state partition)
 
@@ -27,6 +27,11 @@ reads (a fetch answers OFFSET_OUT_OF_RANGE below the new log start): the partiti
 this run are dropped and it is planned again from the new log start, a bounded number of times.
 A fetch out of range for any other reason still fails the run (``DataLossError``).
 
+The commit records the cluster id (Metadata's ClusterId) and the state topic's id. A run
+against another cluster, or a state topic deleted and created again, starts a fresh export
+(the old runs are dropped once the new commit is in place). A commit file without them (written
+before they were recorded) is kept, and they are recorded from then on.
+
 The rows are read as ``spark.read.format("kshare-share-state")`` reads them (the same input
 partitions, one Spark task each, decoded column-wise into Arrow), and each task writes its
 own Parquet file with pyarrow, so the rows never become JVM rows (see ``_write_parquet``).
@@ -46,6 +51,7 @@ import pyarrow.parquet as pq
 
 from protocol.coordinator_serde import SHARE_GROUP_STATE_TOPIC
 from protocol.errors import ErrorCode, KafkaError
+from protocol.uuids import uuid_to_str
 
 from .kafka_io import Cluster, DataLossError, LogStartMovedError
 from .offsets import OffsetRange, split_ranges
@@ -76,10 +82,14 @@ class ExportResult:
     # state partition -> the log start it was rebuilt from (records between the recorded next
     # offset and the log start were pruned, or the log start moved during the read)
     rebuilt: dict[int, int] = field(default_factory=dict)
+    fresh: str | None = None           # why the earlier export was dropped (another cluster / topic)
+    cluster_id: str | None = None
 
     def notes(self) -> list[str]:
         """What a report should tell its reader about this export."""
         out = []
+        if self.fresh:
+            out.append(f"Started a fresh export: {self.fresh}.")
         if self.rebuilt:
             parts = ", ".join(f"{p} (from offset {o})" for p, o in sorted(self.rebuilt.items()))
             out.append(f"Rebuilt state partition(s) {parts}: the share coordinator pruned records "
@@ -178,18 +188,26 @@ def export_share_state(spark, bootstrap: str, out_dir: str | os.PathLike, *,
     state = previous or {"topic": topic, "runs": [], "next_offsets": {}}
     if state["topic"] != topic:
         raise ValueError(f"{out} holds an export of {state['topic']!r}, not {topic!r}")
+    old_runs = list(state["runs"])
     for stale in out.glob("_tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
     for d in out.glob("run-*"):
-        if d.name not in state["runs"]:  # written but never committed
+        if d.name not in old_runs:  # written but never committed
             shutil.rmtree(d, ignore_errors=True)
     with Cluster(bootstrap) as cluster:
+        cluster_id = cluster.cluster_id()
         try:
             earliest, latest = cluster.offset_bounds(topic)
+            tid = cluster.topic(topic).topic_id
+            topic_id = uuid_to_str(tid) if tid is not None and tid.int else None  # no ids before Metadata v10
         except KafkaError as e:
             if e.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:  # else: no share group has stored state yet
                 raise
-            earliest, latest = {}, {}
+            earliest, latest, topic_id = {}, {}, None
+        fresh = _why_fresh(state, cluster_id, topic_id)
+        if fresh:
+            log.warning("%s: %s; starting a fresh export (the rows exported before are dropped)", out, fresh)
+            state = {"topic": topic, "runs": [], "next_offsets": {}}
         runs = list(state["runs"])
         next_offsets = {int(p): o for p, o in state["next_offsets"].items()}
         floors = _floors(state)
@@ -204,7 +222,7 @@ def export_share_state(spark, bootstrap: str, out_dir: str | os.PathLike, *,
         end = dict(latest)
         run, records = None, 0
         if any(start[p] < end[p] for p in end):
-            run = f"run-{len(runs) + 1:05d}"
+            run = f"run-{_next_run_number(out, runs):05d}"
             tmp = out / f"_tmp-{run}"
             options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic}
             if max_offsets_per_split:
@@ -247,15 +265,45 @@ def export_share_state(spark, bootstrap: str, out_dir: str | os.PathLike, *,
     content = {"topic": topic, "runs": runs, "next_offsets": {str(p): o for p, o in sorted(next_offsets.items())}}
     if floors:
         content["floors"] = {str(p): o for p, o in sorted(floors.items())}
+    cluster_id = cluster_id or state.get("cluster_id")
+    topic_id = topic_id or state.get("topic_id")
+    if cluster_id:
+        content["cluster_id"] = cluster_id
+    if topic_id:
+        content["topic_id"] = topic_id
     if content != previous:
         _commit(out, content)
-    _remove_dead(out, content)
-    return ExportResult(run, records, next_offsets, skipped, runs, rebuilt)
+    _remove_dead(out, content, old_runs)
+    return ExportResult(run, records, next_offsets, skipped, runs, rebuilt, fresh, cluster_id)
 
 
-def _remove_dead(out: Path, content: dict) -> None:
-    """After a commit: remove the files wholly below a floor (readers skip them already; this
-    only frees the space and the footer reads)."""
+def _why_fresh(state: dict, cluster_id: str | None, topic_id: str | None) -> str | None:
+    """Why the committed export cannot be continued (None: it can)."""
+    if not state.get("runs") and not state.get("next_offsets"):
+        return None
+    was = state.get("cluster_id")
+    if was and cluster_id and was != cluster_id:
+        return f"the cluster id is {cluster_id}, the export was made from cluster {was}"
+    was = state.get("topic_id")
+    if was and topic_id and was != topic_id:
+        return f"{state['topic']} has topic id {topic_id}, the export was made from topic id {was}"
+    return None
+
+
+def _next_run_number(out: Path, runs: list[str]) -> int:
+    """One above every run directory there is (a fresh export's runs must not reuse a name
+    still on disk)."""
+    numbers = [int(n[4:]) for n in [*runs, *(d.name for d in out.glob("run-*"))] if n[4:].isdigit()]
+    return max(numbers, default=0) + 1
+
+
+def _remove_dead(out: Path, content: dict, old_runs: list[str]) -> None:
+    """After a commit: remove the runs it no longer lists and the files wholly below a floor
+    (readers skip them already; this only frees the space and the footer reads)."""
+    runs = set(content["runs"])
+    for r in old_runs:
+        if r not in runs:
+            shutil.rmtree(out / r, ignore_errors=True)
     floors = _floors(content)
     if not floors:
         return

@@ -87,6 +87,7 @@ class Cluster:
         self.retries = retries
         self.retry_backoff_s = retry_backoff_s
         self._topics: dict[str, TopicInfo] = {}
+        self._cluster_id: str | None = None
 
     def __enter__(self) -> Cluster:
         return self
@@ -102,6 +103,7 @@ class Cluster:
     def refresh(self, names: Iterable[str] | None = None) -> dict[str, TopicInfo]:
         """Fetch metadata for ``names`` (None: every topic) and remember it."""
         resp = self.client.metadata(None if names is None else list(names))
+        self._cluster_id = resp.cluster_id
         found = {}
         for t in resp.topics:
             if t.error_code:
@@ -109,6 +111,13 @@ class Cluster:
             found[t.name] = self._topics[t.name] = TopicInfo(
                 t.name, t.topic_id, {p.partition_index: p.leader_id for p in t.partitions}, t.is_internal)
         return found
+
+    def cluster_id(self) -> str | None:
+        """The cluster id Metadata answers (what Kafka clients and DescribeCluster show; None if
+        the broker has none)."""
+        if self._cluster_id is None:
+            self.refresh([])
+        return self._cluster_id
 
     def topic(self, name: str) -> TopicInfo:
         info = self._topics.get(name) or self.refresh([name]).get(name)

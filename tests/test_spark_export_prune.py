@@ -36,7 +36,6 @@ from tests.test_spark_state import read_csv, snapshot, update  # noqa: E402
 STATE_TOPIC = "__share_group_state"
 
 
-
 def tombstone(group, tid, p):
     return (ShareSnapshotKey(group, tid, p), None)
 
@@ -201,3 +200,39 @@ def test_a_moved_log_start_is_a_data_loss_the_export_can_tell_apart(broker):
         with pytest.raises(DataLossError) as e:
             list(cluster.read_range_raw(OffsetRange(topic, 0, 7, 9)))
         assert not isinstance(e.value, LogStartMovedError)
+
+
+def test_another_cluster_starts_a_fresh_export(spark, broker, broker_factory, tmp_path, caplog):  # noqa: F811
+    other = broker_factory()
+    copy, g_here, g_there = unique("state-copy"), unique("ga"), unique("gb")
+    for bs, group, n in ((broker.bootstrap, g_here, 3), (other.bootstrap, g_there, 1)):
+        with RawClient(bs) as c:
+            tid = create_topic(c, "data-" + copy, 1)
+            create_topic(c, copy, 1)
+            for i in range(n):
+                produce_state_records(c, copy, 0, [snapshot(group, tid, 0, start=i)])
+    export_dir = tmp_path / "export"
+    first = export_share_state(spark, broker.bootstrap, export_dir, topic=copy)
+    with Cluster(broker.bootstrap) as c1, Cluster(other.bootstrap) as c2:
+        ids = (c1.cluster_id(), c2.cluster_id())
+    assert ids[0] and ids[1] and ids[0] != ids[1] and first.cluster_id == ids[0]
+    commit = json.loads((export_dir / COMMIT_FILE).read_text())
+    assert commit["cluster_id"] == ids[0] and commit["topic_id"]
+
+    # A commit file from before the cluster id was recorded: kept, and the id recorded.
+    for k in ("cluster_id", "topic_id"):
+        del commit[k]
+    (export_dir / COMMIT_FILE).write_text(json.dumps(commit))
+    again = export_share_state(spark, broker.bootstrap, export_dir, topic=copy)
+    assert (again.run, again.fresh, again.runs) == (None, None, ["run-00001"])
+    assert json.loads((export_dir / COMMIT_FILE).read_text())["cluster_id"] == ids[0]
+
+    with caplog.at_level("WARNING", logger="spark_jobs.export"):
+        moved = export_share_state(spark, other.bootstrap, export_dir, topic=copy)
+    assert keys(spark, export_dir) == [(g_there, 0)]
+    assert [r["start_offset"] for r in read_export(spark, export_dir).collect()] == [0]
+    assert moved.fresh and ids[0] in moved.fresh and ids[1] in moved.fresh
+    assert any("fresh export" in r.getMessage() for r in caplog.records)
+    assert moved.runs == [moved.run] == ["run-00002"] and moved.next_offsets == {0: 1}
+    assert not (export_dir / "run-00001").exists()
+    assert json.loads((export_dir / COMMIT_FILE).read_text())["cluster_id"] == ids[1]

@@ -273,7 +273,7 @@ def export_share_state(spark, bootstrap: str, out_dir: str | os.PathLike, *,
         content["topic_id"] = topic_id
     if content != previous:
         _commit(out, content)
-    _remove_dead(out, content, old_runs)
+    _remove_dead(out, content, old_runs, floors_moved=bool(rebuilt))
     return ExportResult(run, records, next_offsets, skipped, runs, rebuilt, fresh, cluster_id)
 
 
@@ -297,15 +297,16 @@ def _next_run_number(out: Path, runs: list[str]) -> int:
     return max(numbers, default=0) + 1
 
 
-def _remove_dead(out: Path, content: dict, old_runs: list[str]) -> None:
-    """After a commit: remove the runs it no longer lists and the files wholly below a floor
-    (readers skip them already; this only frees the space and the footer reads)."""
+def _remove_dead(out: Path, content: dict, old_runs: list[str], floors_moved: bool) -> None:
+    """After a commit: remove the runs it no longer lists and, when a floor moved, the files
+    wholly below a floor (readers skip them already; this only frees the space and the footer
+    reads, so a run that set no floor does not look at the footers)."""
     runs = set(content["runs"])
     for r in old_runs:
         if r not in runs:
             shutil.rmtree(out / r, ignore_errors=True)
     floors = _floors(content)
-    if not floors:
+    if not floors or not floors_moved:
         return
     for r in content["runs"]:
         for f in (out / r).iterdir():

@@ -83,6 +83,7 @@ def test_a_pruned_tombstone_rebuilds_its_state_partition_from_the_log_start(spar
     # Only partition 0's old rows were dropped: partition 1 still folds run 1's snapshot.
     rows = read_export(spark, out / "state-export").select("state_partition", "offset").collect()
     assert sorted((r[0], r[1]) for r in rows) == [(0, 3), (1, 0), (1, 1)]
+    assert len(list((out / "state-export" / "run-00001").glob("*.parquet"))) == 1  # partition 0's file removed
     # The same answer as a fresh export.
     build_report(spark, broker.bootstrap, tmp_path / "fresh", state_topic=copy)
     assert lag_rows(tmp_path / "fresh") == lag_rows(out)

@@ -42,7 +42,7 @@ def build_registry(module_names: list[str]) -> dict[int, Handler]:
         if not lo <= mod.MIN_VERSION <= mod.MAX_VERSION <= hi:
             raise ValueError(f"{name}: versions {mod.MIN_VERSION}-{mod.MAX_VERSION} outside the schema's {lo}-{hi}")
         if mod.MAX_VERSION > messages.STABLE_MAX_VERSION[key]:
-            raise ValueError(f"{name}: version {mod.MAX_VERSION} is unstable in the schema; Kafka does not advertise it")
+            raise ValueError(f"{name}: version {mod.MAX_VERSION} is unstable in the schema; Kafka does not serve it")
         registry[key] = Handler(
             key, name, mod.MIN_VERSION, mod.MAX_VERSION,
             messages.load(req_mod, req_cls), messages.load(resp_mod, resp_cls), mod.handle,

@@ -368,7 +368,7 @@ class Partitions:
         # producers it knows are forgotten, as after Kafka's restart. The log start is the one the
         # log was opened with: Kafka loads at start-up, and keeps in memory the producers whose
         # records are deleted while it runs.
-        log_start = getattr(lg, "opened_start_offset", lg.start_offset)
+        log_start = lg.opened_start_offset
         start = None
         if files is not None:
             usable = []

@@ -114,13 +114,11 @@ class ProducerStateConfig:
 
 class ProducerStateManager:
     """Producer entries of one partition; ``map_end_offset`` is the log offset they reflect.
+    ``config`` is the broker's shared ``ProducerStateConfig``."""
 
-    ``config`` is the broker's shared ``ProducerStateConfig`` (an int makes a private one).
-    """
-
-    def __init__(self, partition: str, config: ProducerStateConfig | int) -> None:
+    def __init__(self, partition: str, config: ProducerStateConfig) -> None:
         self.partition = partition  # "topic-N", for messages
-        self.config = config if isinstance(config, ProducerStateConfig) else ProducerStateConfig(config)
+        self.config = config
         self.producers: dict[int, ProducerEntry] = {}
         self.map_end_offset = 0
 

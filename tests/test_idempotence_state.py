@@ -30,7 +30,7 @@ class Log:
     """The log as far as producer state cares: appended headers with their offsets."""
 
     def __init__(self) -> None:
-        self.state = ProducerStateManager("t-0", DAY_MS)
+        self.state = ProducerStateManager("t-0", ProducerStateConfig(DAY_MS))
         self.headers: list[BatchHeader] = []
         self.end = 0
 
@@ -135,7 +135,7 @@ def test_snapshot_round_trip_and_corruption():
     lg.append(header(pid=1, epoch=2, seq=0, count=4))
     lg.append(header(pid=9, epoch=0, seq=10, count=1))
     data = lg.state.encode_snapshot()
-    fresh = ProducerStateManager("t-0", DAY_MS)
+    fresh = ProducerStateManager("t-0", ProducerStateConfig(DAY_MS))
     fresh.load_snapshot(data, lg.end, NOW)
     assert fresh.map_end_offset == 5
     assert fresh.check(header(pid=1, epoch=2, seq=0, count=4), 5).last_offset == 3
@@ -146,7 +146,7 @@ def test_snapshot_round_trip_and_corruption():
         decode_snapshot(bytes(bad))
     with pytest.raises(CorruptSnapshotError):
         decode_snapshot(data[:-3])
-    old = ProducerStateManager("t-0", DAY_MS)
+    old = ProducerStateManager("t-0", ProducerStateConfig(DAY_MS))
     old.load_snapshot(data, 5, NOW + 2 * DAY_MS)  # every producer expired meanwhile
     assert len(old) == 0
 
@@ -204,7 +204,7 @@ def drive(script) -> Log:
 @given(ops)
 def test_replaying_the_log_rebuilds_the_same_state(script):
     lg = drive(script)
-    rebuilt = ProducerStateManager("t-0", DAY_MS)
+    rebuilt = ProducerStateManager("t-0", ProducerStateConfig(DAY_MS))
     for h in lg.headers:
         rebuilt.replay(h)
     assert rebuilt.map_end_offset == lg.end
@@ -219,10 +219,10 @@ def test_snapshot_then_replay_decides_like_the_live_state(script, data):
     lg = drive(script)
     cut = data.draw(st.integers(0, len(lg.headers)))
     # the state as of the cut, snapshotted, then the headers after it replayed
-    upto = ProducerStateManager("t-0", DAY_MS)
+    upto = ProducerStateManager("t-0", ProducerStateConfig(DAY_MS))
     for h in lg.headers[:cut]:
         upto.replay(h)
-    restored = ProducerStateManager("t-0", DAY_MS)
+    restored = ProducerStateManager("t-0", ProducerStateConfig(DAY_MS))
     restored.load_snapshot(upto.encode_snapshot(), upto.map_end_offset, NOW)
     for h in lg.headers[cut:]:
         restored.replay(h)

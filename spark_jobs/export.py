@@ -21,7 +21,8 @@ that kept rows from before: if the log start moved past a partition's recorded n
 the tombstones in between may be gone and the rows kept from earlier runs could resurrect
 deleted share-partitions. That partition is then rebuilt from the log start: its floor (in the
 commit) is set to the log start, and rows of a state partition below its floor are not part of
-the export (``committed_files`` leaves out files wholly below it, ``floor_filter`` the rows).
+the export (readers filter them out; the run that moves a floor deletes the files wholly below
+it).
 Other state partitions keep their rows. The same happens when the log start moves while a run
 reads (a fetch answers OFFSET_OUT_OF_RANGE below the new log start): the partition's files of
 this run are dropped and it is planned again from the new log start, a bounded number of times.
@@ -130,20 +131,13 @@ def _below_floor(path: Path, floors: dict[int, int]) -> bool:
 
 
 def committed_files(out_dir: str | os.PathLike, content: dict | None = None) -> list[str]:
-    """The Parquet files of the committed runs, less those wholly below their state partition's
-    floor. Rows of other files below a floor are left out by ``floor_filter``."""
+    """The Parquet files of the committed runs. Their rows below a floor are left out by
+    ``floor_filter`` / ``floor_condition``; files wholly below one were deleted by the run that
+    moved it (``_remove_dead``), so readers do not look at footers."""
     out = Path(out_dir)
     content = committed(out) if content is None else content
-    floors = _floors(content)
-    files = []
-    for run in content.get("runs", []):
-        for f in sorted((out / run).iterdir()):
-            if f.suffix != ".parquet" or f.name.startswith(("_", ".")):
-                continue
-            if floors and _below_floor(f, floors):
-                continue
-            files.append(str(f))
-    return files
+    return [str(f) for run in content.get("runs", []) for f in sorted((out / run).iterdir())
+            if f.suffix == ".parquet" and not f.name.startswith(("_", "."))]
 
 
 def floor_filter(out_dir: str | os.PathLike, content: dict | None = None):
@@ -299,8 +293,8 @@ def _next_run_number(out: Path, runs: list[str]) -> int:
 
 def _remove_dead(out: Path, content: dict, old_runs: list[str], floors_moved: bool) -> None:
     """After a commit: remove the runs it no longer lists and, when a floor moved, the files
-    wholly below a floor (readers skip them already; this only frees the space and the footer
-    reads, so a run that set no floor does not look at the footers)."""
+    wholly below a floor (readers filter their rows out already; this frees the space and the
+    reads; a run that set no floor does not look at the footers)."""
     runs = set(content["runs"])
     for r in old_runs:
         if r not in runs:

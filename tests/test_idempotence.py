@@ -6,7 +6,16 @@ import time
 
 from protocol.errors import ErrorCode
 from tests.raw_client import RawClient
-from tests.test_produce_support import batch, create_topic, fetch, init_producer_id, list_offset, produce, records_of
+from tests.test_produce_support import (
+    alter_broker_config,
+    batch,
+    create_topic,
+    fetch,
+    init_producer_id,
+    list_offset,
+    produce,
+    records_of,
+)
 
 
 def test_producer_ids_are_unique_across_restarts_and_transactions_are_refused(broker_factory):
@@ -148,20 +157,6 @@ def batch_header(pid, epoch, seq):
 # -- producer.id.expiration.ms changed at run time ------------------------------------------------
 
 
-def alter_broker_config(client, name: str, value: str, resource: str = "") -> None:
-    from protocol.messages.incremental_alter_configs_request import (
-        AlterableConfig,
-        AlterConfigsResource,
-        IncrementalAlterConfigsRequest,
-    )
-
-    req = IncrementalAlterConfigsRequest(resources=[AlterConfigsResource(
-        resource_type=4, resource_name=resource,
-        configs=[AlterableConfig(name=name, config_operation=0, value=value)])], validate_only=False)
-    (r,) = client.request(44, 1, req).responses
-    assert r.error_code == 0, r.error_message
-
-
 def test_dynamic_expiration_applies_to_partitions_already_loaded(broker_factory, topic_name):
     """Kafka's one shared ProducerStateManagerConfig: a new producer.id.expiration.ms applies to
     every partition at once, not only to those loaded after the change."""
@@ -174,7 +169,7 @@ def test_dynamic_expiration_applies_to_partitions_already_loaded(broker_factory,
         assert produce(c, topic_name, batch([b"x"], producer_id=pid, epoch=0, seq=9)).error_code == (
             ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         )
-        alter_broker_config(c, "producer.id.expiration.ms", "500")
+        assert alter_broker_config(c, "producer.id.expiration.ms", "500") == 0
         deadline = time.monotonic() + 10
         while True:  # the producer expires within expiration + check interval; then any sequence goes
             r = produce(c, topic_name, batch([b"y"], producer_id=pid, epoch=0, seq=9))

@@ -7,13 +7,18 @@ and durability tests share these so each test reads as the Kafka exchange it che
 from __future__ import annotations
 
 from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
+from protocol.messages.incremental_alter_configs_request import (
+    AlterableConfig,
+    AlterConfigsResource,
+    IncrementalAlterConfigsRequest,
+)
 from protocol.messages.init_producer_id_request import InitProducerIdRequest
 from protocol.messages.list_offsets_request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
 from protocol.messages.produce_request import PartitionProduceData, ProduceRequest, TopicProduceData
 from protocol.records import build_batch, check_batch, iter_records
 
-PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID = 0, 1, 2, 3, 22
+PRODUCE, FETCH, LIST_OFFSETS, METADATA, INIT_PRODUCER_ID, INCREMENTAL_ALTER_CONFIGS = 0, 1, 2, 3, 22, 44
 
 
 def create_topic(client, name: str):
@@ -108,6 +113,13 @@ def list_offset(client, topic: str, timestamp: int, *, partition=0, version=9, i
     (t,) = resp.topics
     (p,) = t.partitions
     return p
+
+
+def alter_broker_config(client, name: str, value: str) -> int:
+    """IncrementalAlterConfigs: SET one cluster-wide broker default; returns its error code."""
+    resp = client.request(INCREMENTAL_ALTER_CONFIGS, 1, IncrementalAlterConfigsRequest(resources=[
+        AlterConfigsResource(4, "", [AlterableConfig(name, 0, value)])]))
+    return resp.responses[0].error_code
 
 
 def init_producer_id(client, *, version=4, transactional_id=None, producer_id=-1, producer_epoch=-1):

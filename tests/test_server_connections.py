@@ -13,19 +13,21 @@ import time
 import pytest
 
 from protocol.framing import correlation_id
-from protocol.messages.incremental_alter_configs_request import (
-    AlterableConfig,
-    AlterConfigsResource,
-    IncrementalAlterConfigsRequest,
-)
 from protocol.messages.metadata_request import MetadataRequest
 from tests.broker_process import ROOT
 from tests.raw_client import RawClient
-from tests.test_produce_support import batch, create_topic, fetch_request, list_offset, produce_request
+from tests.test_produce_support import (
+    alter_broker_config,
+    batch,
+    create_topic,
+    fetch_request,
+    list_offset,
+    produce_request,
+)
 
 pytestmark = pytest.mark.e2e
 
-PRODUCE, FETCH, METADATA, INCREMENTAL_ALTER_CONFIGS = 0, 1, 3, 44
+PRODUCE, FETCH, METADATA = 0, 1, 3
 
 
 def answers_until_closed(c: RawClient, timeout_s: float = 10.0) -> list[int]:
@@ -166,12 +168,6 @@ def test_negative_connections_max_idle_ms_disables_idle_expiry(broker_factory):
 # --- connection quotas --------------------------------------------------------------------------
 
 
-def set_broker_config(c: RawClient, name: str, value: str) -> int:
-    resp = c.request(INCREMENTAL_ALTER_CONFIGS, 1, IncrementalAlterConfigsRequest(resources=[
-        AlterConfigsResource(4, "", [AlterableConfig(name, 0, value)])]))
-    return resp.responses[0].error_code
-
-
 def open_clients(b, n: int) -> tuple[list[RawClient], list[bool]]:
     """``n`` new connections, each asked for Metadata: the clients and whether each was served."""
     clients, served = [], []
@@ -195,13 +191,13 @@ def test_max_connections_per_ip_and_its_overrides_limit_one_address(broker_facto
         assert served == [True, True, False]
         assert ("Rejected connection from 127.0.0.1, address already has the configured maximum of 2 connections"
                 in b.log())
-        assert set_broker_config(clients[0], "max.connections.per.ip.overrides", "localhost:4,otherhost:1") == 0
+        assert alter_broker_config(clients[0], "max.connections.per.ip.overrides", "localhost:4,otherhost:1") == 0
         more, served = open_clients(b, 3)
         clients += more
         assert served == [True, True, False]  # 4 from 127.0.0.1 (localhost) at once
-        assert set_broker_config(clients[0], "max.connections.per.ip", "0") == 0  # allowed: overrides are set
-        assert set_broker_config(clients[0], "max.connections.per.ip.overrides", "") != 0  # 0 needs overrides
-        assert set_broker_config(clients[0], "max.connections.per.ip.overrides", "127.0.0.1:x") != 0
+        assert alter_broker_config(clients[0], "max.connections.per.ip", "0") == 0  # allowed: overrides are set
+        assert alter_broker_config(clients[0], "max.connections.per.ip.overrides", "") != 0  # 0 needs overrides
+        assert alter_broker_config(clients[0], "max.connections.per.ip.overrides", "127.0.0.1:x") != 0
     finally:
         for c in clients:
             c.close()

@@ -183,6 +183,34 @@ def test_transactional_producers_are_refused_at_once(broker):
     assert time.monotonic() - t0 < 10
 
 
+def test_retention_empties_an_idle_topic(broker_factory, topic_name):
+    """retention.ms expires an idle partition's last records too, as Kafka's deletableSegments
+    counts the active segment: a confluent-kafka Consumer sees the low watermark reach the end,
+    and the next record goes on from there."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    b = broker_factory({"log.retention.check.interval.ms": "100"})
+    admin = AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 3})
+    admin.create_topics([NewTopic(topic_name, 1, 1, config={"retention.ms": "10000"})])[topic_name].result(15)
+    p = Producer({"bootstrap.servers": b.bootstrap, "log_level": 3})
+    for i in range(5):
+        p.produce(topic_name, f"old-{i}".encode(), timestamp=T0)  # a minute old: past retention.ms
+    assert p.flush(15) == 0
+    c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": "watermarks", "log_level": 3})
+    try:
+        tp = TopicPartition(topic_name, 0)
+        deadline = time.monotonic() + 20
+        while c.get_watermark_offsets(tp, 15) != (5, 5):
+            assert time.monotonic() < deadline, "retention left the idle partition's records"
+            time.sleep(0.05)
+        p.produce(topic_name, b"new")
+        assert p.flush(15) == 0
+        assert c.get_watermark_offsets(tp, 15) == (5, 6)
+    finally:
+        c.close()
+
+
 def test_a_sasl_client_gets_an_authentication_error_at_once(broker):
     """PLAINTEXT only: SaslHandshake gets ILLEGAL_SASL_STATE, as from a Kafka PLAINTEXT listener,
     so librdkafka reports an authentication failure naming it (a closed connection would only

@@ -81,6 +81,17 @@ def test_bad_arguments_are_one_line_and_status_1(args, message):
     assert bad(*args) == message
 
 
+@pytest.mark.parametrize("action", [("--reset-offsets", "--to-earliest", "--execute"),
+                                    ("--reset-offsets", "--to-latest", "--dry-run"),
+                                    ("--delete-offsets", "--topic", "t")])
+def test_a_single_group_action_refuses_a_repeated_group(action):
+    """Kafka's ShareGroupService reads --group with valueOf for these actions: two groups fail
+    (before anything is sent: NOWHERE is never dialled) instead of acting on the first only."""
+    assert bad(*B, *action, "--group", "a", "--group", "b") == (
+        "Error: Executing share group command failed due to Found multiple arguments for option group, "
+        "but you asked for only one")
+
+
 def test_unparseable_values_and_unknown_options_are_usage_errors():
     assert bad(*B, "--reset-offsets", "--group", "g", "--to-offset", "x", "--execute").startswith(
         "argument --to-offset: invalid int value")

@@ -175,6 +175,15 @@ def _check_invalid(o, used: str, invalid: tuple[str, ...]) -> None:
                 raise UsageError(f'Option "{_opt(used)}" can\'t be used with option "{_opt(other)}"')
 
 
+def _check_single_group(o) -> None:
+    """--reset-offsets and --delete-offsets act on one group: Kafka reads ``--group`` there with
+    joptsimple's ``valueOf``, which fails on a repeated option before anything is sent (rather
+    than acting on one of the groups)."""
+    if (o.reset_offsets or o.delete_offsets) and o.group and len(o.group) > 1:
+        raise CommandError("Executing share group command failed due to Found multiple arguments for option "
+                           "group, but you asked for only one")
+
+
 def parse_states(text: str) -> list[str]:
     """Kafka's ``groupStatesFromString`` for share groups (case-insensitive names)."""
     by_lower = {s.lower(): s for s in SHARE_STATES}
@@ -514,6 +523,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
             out.write(_version() + "\n")
             return 0
         check_args(o)
+        _check_single_group(o)
         client_id = _client_id(o.command_config)
         with ShareAdmin(o.bootstrap_server, timeout_ms=o.timeout, client_id=client_id) as admin:
             command = ShareGroupCommand(o, admin, out, err)

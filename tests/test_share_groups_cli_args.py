@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.tools.reset_specs import SpecError, parse_datetime, parse_duration
-from broker.tools.share_groups import main
+from broker.tools.share_groups import ShareGroupCommand, build_parser, main
 
 # A port nothing listens on: any attempt to connect fails differently from the expected message.
 NOWHERE = "127.0.0.1:1"
@@ -90,6 +90,22 @@ def test_a_single_group_action_refuses_a_repeated_group(action):
     assert bad(*B, *action, "--group", "a", "--group", "b") == (
         "Error: Executing share group command failed due to Found multiple arguments for option group, "
         "but you asked for only one")
+
+
+def test_delete_offsets_reports_a_topic_missing_from_the_response():
+    """Kafka's DeleteShareGroupOffsetsResult fails the result of a topic the response left out."""
+
+    class Admin:
+        def delete_share_group_offsets(self, group_id, topics):
+            return None, {"t1": None}
+
+    out, err = io.StringIO(), io.StringIO()
+    o = build_parser().parse_args([*B, "--delete-offsets", "--group", "g", "--topic", "t1", "--topic", "t2"])
+    command = ShareGroupCommand(o, Admin(), out, err)
+    command.run()
+    assert command.failed and err.getvalue() == ""
+    assert out.getvalue() == (f"\n{'TOPIC':<15} STATUS\n{'t1':<15} Successful\n"
+                              f"{'t2':<15} Error: Offset deletion result for topic \"t2\" was not included in the response\n")
 
 
 def test_unparseable_values_and_unknown_options_are_usage_errors():

@@ -378,7 +378,12 @@ class ShareGroupCommand:
         topics = list(dict.fromkeys(self.o.topic))
         top, by_topic = self.admin.delete_share_group_offsets(group_id, topics)
         if top is not None:
-            raise CommandError(str(top))
+            # Kafka's DeleteShareGroupOffsetsResult fails every topic's result with the group's
+            # error too: ShareGroupCommand.deleteOffsets prints the error, then the table.
+            self.failed = True
+            if top.code not in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                self.err.write(f"Error: {top}\n")
+            by_topic = dict.fromkeys(topics, top)
         width = max([15, *(len(t) for t in topics)])
         self._row(f"{'TOPIC':<{width}} STATUS")
         for topic in sorted(topics):
@@ -386,7 +391,7 @@ class ShareGroupCommand:
                 error = by_topic[topic]
                 status = "Successful" if error is None else f"Error: {error}"
             else:
-                status = "Error: There is no offset information to delete."
+                status = f'Error: Offset deletion result for topic "{topic}" was not included in the response'
             if status != "Successful":
                 self.failed = True
             self._row(f"{topic:<{width}} {status}")

@@ -135,7 +135,7 @@ def test_list_describe_and_refusals_with_active_members(broker, consumers, cli, 
 
     # with members, nothing may be reset or deleted
     assert cli("--reset-offsets", "--group", group, "--to-earliest", "--execute") == (
-        1, "", f"Error: Share group '{group}' is not empty.\n")
+        1, "", f"Share group '{group}' is not empty.\n")  # Kafka's IllegalArgumentException: no "Error: "
     width = max(15, len(topic_name))  # as in Kafka, every topic's status carries the group's error
     assert cli("--delete-offsets", "--group", group, "--topic", topic_name) == (
         1, f"\n{'TOPIC':<{width}} STATUS\n{topic_name:<{width}} Error: The group is not empty.\n",
@@ -206,6 +206,15 @@ def test_every_reset_specification(broker, consumers, cli, topic_name):
     assert out == f"\n{'GROUP':<15} {'TOPIC':<{len(topic_name)}} {'PARTITION':<10} NEW-OFFSET" \
                   f"\n{group:<15} {topic_name} {0:<10} 0\n"
     assert share_offsets(bs, group) == {}  # a dry run changes nothing
+    # bad --topic values, as Kafka's GroupOffsetsResetter reports them
+    assert cli("--reset-offsets", "--group", group, "--topic", f"{topic_name}:0:1", "--to-earliest", "--dry-run") \
+        == (1, "", f"Invalid topic arg '{topic_name}:0:1', expected topic name and partitions\n")
+    assert cli("--reset-offsets", "--group", group, "--topic", f"{topic_name}:", "--to-earliest", "--dry-run") \
+        == (1, "", f"Invalid topic arg '{topic_name}:', expected topic name and partitions\n")
+    assert cli("--reset-offsets", "--group", group, "--topic", f"{topic_name}:0,x", "--to-earliest", "--dry-run") \
+        == (1, "", f"Invalid partition 'x' specified in topic arg '{topic_name}:0,x''\n")
+    assert cli("--reset-offsets", "--group", group, "--topic", f"{topic_name}:0,3", "--to-earliest", "--dry-run") \
+        == (1, "", f'Error: Executing share group command failed due to The partitions "{topic_name}-3" do not exist\n')
     assert table(ok(cli("--reset-offsets", "--group", group, "--topic", topic_name, "--to-latest", "--execute")))[1] \
         == [group, topic_name, "0", "6"]
     assert start() == 6

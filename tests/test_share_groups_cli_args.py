@@ -70,10 +70,17 @@ B = ("--bootstrap-server", NOWHERE)
     ((*B, "--list", "--state", "Stable,Rebalancing"),
      "Invalid state list 'Stable,Rebalancing'. Valid states are: Dead, Empty, Stable"),
     ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-01-01", "--execute"),
-     ("Error: Executing share group command failed due to Error parsing timestamp. It does not contain a 'T' "
-      "according to ISO8601 format")),
+     ("Error: Executing share group command failed due to java.text.ParseException: Error parsing timestamp. "
+      "It does not contain a 'T' according to ISO8601 format")),
+    ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-01-01T", "--execute"),
+     ("Error: Executing share group command failed due to java.text.ParseException: Error parsing timestamp. "
+      "It does not contain a 'T' according to ISO8601 format")),
     ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-13-01T00:00:00.000", "--execute"),
-     'Error: Executing share group command failed due to Unparseable date: "2020-13-01T00:00:00.000"'),
+     'Error: Executing share group command failed due to java.text.ParseException: '
+     'Unparseable date: "2020-13-01T00:00:00.000Z"'),  # Kafka quotes the text with the "Z" it appended
+    ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-13-01T00:00:00.000+01:00", "--execute"),
+     'Error: Executing share group command failed due to java.text.ParseException: '
+     'Unparseable date: "2020-13-01T00:00:00.000+01:00"'),
     ((*B, "--reset-offsets", "--group", "g", "--by-duration", "3 hours", "--execute"),
      "Error: Executing share group command failed due to Text cannot be parsed to a Duration"),
 ])

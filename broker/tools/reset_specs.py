@@ -28,11 +28,16 @@ class SpecError(ValueError):
 
 def parse_datetime(text: str) -> int:
     """Milliseconds since the epoch for a ``--to-datetime`` argument."""
-    if "T" not in text:
+    parts = text.split("T")
+    while parts and parts[-1] == "":  # Java's split drops trailing empty strings
+        parts.pop()
+    if len(parts) < 2:
         raise SpecError("Error parsing timestamp. It does not contain a 'T' according to ISO8601 format")
+    # Kafka appends "Z" to a text without a zone before parsing; the error quotes that text
+    parsed = text if any(c in parts[1] for c in "+-Z") else text + "Z"
     m = _DATETIME.fullmatch(text)
     if m is None:
-        raise SpecError(f'Unparseable date: "{text}"')
+        raise SpecError(f'Unparseable date: "{parsed}"')
     year, month, day, hour, minute, second, millis, z, sign, zh, zm = m.groups()
     if z or sign is None:
         zone = timezone.utc
@@ -43,7 +48,7 @@ def parse_datetime(text: str) -> int:
         dt = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second),
                       int(millis.ljust(3, "0")) * 1000, tzinfo=zone)
     except ValueError:
-        raise SpecError(f'Unparseable date: "{text}"') from None
+        raise SpecError(f'Unparseable date: "{parsed}"') from None
     return int(dt.timestamp() * 1000)
 
 

@@ -42,7 +42,8 @@ _NOT_GIVEN = object()
 
 
 class UsageError(Exception):
-    """Bad arguments: the message is printed as the one line of output, exit status 1."""
+    """Bad arguments, or what Kafka raises as an IllegalArgumentException (``mainNoExit`` prints
+    its message alone): the message is printed as the one line of output, exit status 1."""
 
 
 class CommandError(Exception):
@@ -406,7 +407,7 @@ class ShareGroupCommand:
         try:
             d = self.admin.describe_share_group(group_id)
             if d.group_state not in (EMPTY, DEAD):
-                raise CommandError(f"Share group '{group_id}' is not empty.")
+                raise UsageError(f"Share group '{group_id}' is not empty.")
         except AdminError as e:
             if e.code != ErrorCode.GROUP_ID_NOT_FOUND:
                 raise
@@ -423,8 +424,9 @@ class ShareGroupCommand:
                 return parse_datetime(self.o.to_datetime)
             if self.o.by_duration is not None:
                 return int(time.time() * 1000) - parse_duration(self.o.by_duration)
-        except SpecError as e:
-            raise CommandError(f"Executing share group command failed due to {e}") from None
+        except SpecError as e:  # Kafka wraps the ParseException in a RuntimeException
+            cause = "java.text.ParseException: " if self.o.to_datetime is not None else ""
+            raise CommandError(f"Executing share group command failed due to {cause}{e}") from None
         return None
 
     def _partitions_to_reset(self, group_id: str) -> list[tuple[str, int]]:
@@ -435,19 +437,20 @@ class ShareGroupCommand:
             if ":" not in arg:
                 named.append(arg)
                 continue
-            parts = arg.split(":")
+            parts = _java_split(arg, ":")
             if len(parts) != 2:
-                raise CommandError(f"Invalid topic arg '{arg}', expected topic name and partitions")
+                raise UsageError(f"Invalid topic arg '{arg}', expected topic name and partitions")
             topic, text = parts
-            for piece in text.split(","):
+            for piece in _java_split(text, ","):
                 try:
                     explicit.append((topic, int(piece)))
                 except ValueError:
-                    raise CommandError(f"Invalid partition '{piece}' specified in topic arg '{arg}''") from None
+                    raise UsageError(f"Invalid partition '{piece}' specified in topic arg '{arg}''") from None
         layout = self.admin.topic_partitions([*named, *(t for t, _ in explicit)])
         missing = [f"{t}-{p}" for t, p in explicit if p not in layout[t]]
         if missing:
-            raise CommandError(f'The partitions "{",".join(missing)}" do not exist')
+            raise CommandError(f'Executing share group command failed due to The partitions "{",".join(missing)}" '
+                               "do not exist")
         wanted = explicit + [(t, p) for t in named for p in sorted(layout[t])]
         return sorted(dict.fromkeys(wanted))
 
@@ -491,6 +494,14 @@ class ShareGroupCommand:
             for (topic, p), offset in sorted(offsets.items()):
                 self._row(f"{group_id:<{gw}} {topic:<{tw}} {p:<10} {offset}")
         self.p()
+
+
+def _java_split(text: str, sep: str) -> list[str]:
+    """Java's ``String.split``: trailing empty strings are dropped."""
+    parts = text.split(sep)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
 
 
 def _show(value) -> str:

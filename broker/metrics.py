@@ -4,7 +4,9 @@ Names are Kafka's MBeans passed through the rules most Kafka deployments feed th
 JMX exporter (Strimzi's ``kafka-metrics.yaml``, the exporter's ``kafka-2_0_0.yml``):
 ``kafka.<domain>:type=<Type>,name=<Name>PerSec,<tag>=<v>`` becomes the counter
 ``kafka_<domain>_<type>_<name>_total{<tag>="v"}`` and a gauge ``...,name=<Name>`` becomes
-``kafka_<domain>_<type>_<name>``, lower-cased (label names too); Kafka-metrics style names
+``kafka_<domain>_<type>_<name>``, the name lower-cased (``lowercaseOutputName``) and the tags
+kept as Kafka spells them (those rules do not set ``lowercaseOutputLabelNames``, so
+``ackType`` stays ``ackType``); Kafka-metrics style names
 (``type=group-coordinator-metrics``, attribute ``share-group-count``) get ``-`` turned into ``_``.
 So existing Kafka dashboards and alerts find these series where they expect them. Kafka's
 Yammer histograms (TotalTimeMs, RequestBytes, PartitionLoadTimeMs) are real Prometheus
@@ -322,7 +324,7 @@ class BrokerCollector:
     def _share_group(self):
         stats = self.metrics.share
         acks = CounterMetricFamily("kafka_server_sharegroupmetrics_recordacknowledgements",
-                                   "Records acknowledged, by acknowledge type.", labels=["acktype"])
+                                   "Records acknowledged, by acknowledge type.", labels=["ackType"])
         for t, name in enumerate(ACK_TYPE_NAMES):
             acks.add_metric([name], stats.acknowledged[t])
         yield acks

@@ -274,6 +274,51 @@ async def test_the_readme_lists_exactly_the_kafka_series_served(tmp_path):
     assert {n for n in served if n.startswith("kafka_")} == readme_metric_names()
 
 
+# Each series' labels: Kafka's tag names as Kafka spells them. The JMX-exporter rules kshare's
+# names follow (Strimzi's kafka-metrics.yaml, the exporter's kafka-2_0_0.yml) set
+# lowercaseOutputName but not lowercaseOutputLabelNames, so a tag keeps its case on the way
+# to Prometheus (ShareGroupMetrics' ackType stays ackType), and label names are case-sensitive.
+KAFKA_TAGS = {
+    "kafka_network_requestmetrics_requests": {"request"},
+    "kafka_network_requestmetrics_totaltimems": {"request"},
+    "kafka_network_requestmetrics_requestbytes": {"request"},
+    "kafka_network_requestmetrics_responsebytes": {"request"},
+    "kafka_server_socket_server_metrics_incoming_byte": {"listener"},
+    "kafka_server_socket_server_metrics_outgoing_byte": {"listener"},
+    "kafka_server_brokertopicmetrics_totalsharefetchrequests": {"topic"},
+    "kafka_server_brokertopicmetrics_failedsharefetchrequests": {"topic"},
+    "kafka_server_brokertopicmetrics_totalshareacknowledgementrequests": {"topic"},
+    "kafka_server_brokertopicmetrics_failedshareacknowledgementrequests": {"topic"},
+    "kafka_server_sharegroupmetrics_recordacknowledgements": {"ackType"},
+    "kafka_server_sharegroupmetrics_partitionloadtimems": set(),
+    **{name: {"group", "topic", "partition"} for name, _, _ in metrics_module.SHARE_PARTITION_SERIES},
+    "kafka_server_group_coordinator_metrics_group_count": {"protocol"},
+    "kafka_server_group_coordinator_metrics_share_group_count": {"state"},
+    "kafka_server_group_coordinator_metrics_share_group_member_count": {"group"},
+    "kafka_server_sharesessioncache_sharesessionscount": set(),
+    "kafka_server_sharesessioncache_sharepartitionscount": set(),
+    "kafka_controller_kafkacontroller_offlinepartitionscount": set(),
+}
+
+
+async def test_label_names_are_kafkas_tag_names_with_their_case(tmp_path):
+    b = Broker(_config(tmp_path), store=MemoryLogStore())
+    await b.start()
+    try:
+        topic_id = b.topics.create("t", 1).topic_id
+        await b.share_manager.partition("g", topic_id, 0, "t")
+        b.metrics.share.records_acknowledged([(0, 0, [1])])
+        families = [f for f in b.metrics.registry.collect() if f.name.startswith("kafka_")]
+    finally:
+        await b.stop()
+    assert {f.name for f in families} == set(KAFKA_TAGS)
+    for family in families:
+        for sample in family.samples:
+            assert set(sample.labels) - {"le"} <= KAFKA_TAGS[family.name], (sample.name, sample.labels)
+    acks = next(f for f in families if f.name == "kafka_server_sharegroupmetrics_recordacknowledgements")
+    assert {s.labels["ackType"]: s.value for s in acks.samples}["Accept"] == 1
+
+
 async def test_without_a_metrics_address_nothing_listens_and_requests_are_not_timed(tmp_path):
     b = Broker(_config(tmp_path), store=MemoryLogStore())
     await b.start()

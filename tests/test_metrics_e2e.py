@@ -94,7 +94,7 @@ def test_share_consumption_shows_up_exactly_in_the_metrics(start_broker, topic_n
             labels = dict(group=group, topic=topic_name, partition="0")
             for ack_type, n in (("Accept", 7), ("Release", 1), ("Reject", 1), ("Gap", 1), ("Renew", 0)):
                 assert value(got, "kafka_server_sharegroupmetrics_recordacknowledgements_total",
-                             acktype=ack_type) == n, ack_type
+                             ackType=ack_type) == n, ack_type
             assert value(got, "kafka_server_sharepartitionmetrics_lag", **labels) == 1
             assert value(got, "kafka_server_sharepartitionmetrics_startoffset", **labels) == 6
             assert value(got, "kafka_server_sharepartitionmetrics_inflightmessagecount", **labels) == 4
@@ -121,8 +121,8 @@ def test_share_consumption_shows_up_exactly_in_the_metrics(start_broker, topic_n
             a.close()
             b.close()
 
-    assert value(got, "kafka_server_sharegroupmetrics_recordacknowledgements_total", acktype="Accept") == 8
-    assert value(got, "kafka_server_sharegroupmetrics_recordacknowledgements_total", acktype="Renew") == 1
+    assert value(got, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Accept") == 8
+    assert value(got, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Renew") == 1
     assert value(got, "kafka_server_sharepartitionmetrics_lag", **labels) == 0
     assert value(got, "kafka_server_sharepartitionmetrics_inflightmessagecount", **labels) == 0
     assert value(got, "kafka_server_sharegroupmetrics_partitionloadtimems_count") == 1

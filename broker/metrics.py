@@ -55,6 +55,9 @@ ACK_TYPE_NAMES = ("Gap", "Accept", "Release", "Reject", "Renew")
 # Share-group states Kafka reports a count for (always exported, zero included).
 GROUP_STATES = ("Empty", "Stable", "Dead")
 LISTENER = "PLAINTEXT"
+# The share request counters' row for all topics (no topic can have an empty name): Kafka's
+# BrokerTopicStats.allTopicsStats, exported without the topic label as Kafka's MBean has none.
+ALL_TOPICS = ""
 
 
 class Histogram:
@@ -151,8 +154,9 @@ class ShareGroupStats:
     def __init__(self) -> None:
         self.acknowledged = [0] * len(ACK_TYPE_NAMES)  # records, by acknowledge type id
         self.partition_load_ms = Histogram(TIME_BUCKETS_MS)
-        self.fetch_requests: dict[str, list[int]] = {}  # topic -> [total, failed]
-        self.ack_requests: dict[str, list[int]] = {}
+        # topic -> [total, failed]; ALL_TOPICS -> the sums, kept when a topic goes
+        self.fetch_requests: dict[str, list[int]] = {ALL_TOPICS: [0, 0]}
+        self.ack_requests: dict[str, list[int]] = {ALL_TOPICS: [0, 0]}
 
     def records_acknowledged(self, batches: Iterable[tuple[int, int, list[int]]]) -> None:
         """Count the records of applied acknowledgement batches ``(first, last, types)`` by
@@ -166,16 +170,22 @@ class ShareGroupStats:
                     counts[t] += types.count(t)
 
     def share_requests(self, table: dict[str, list[int]], topics: Iterable[tuple[str, bool]]) -> None:
-        """One request touched each of ``topics`` ((name, failed)), once per topic."""
+        """One request touched each of ``topics`` ((name, failed)), once per topic. The all-topics
+        row counts once per topic too, as SharePartitionManager marks allTopicsStats."""
+        every = table[ALL_TOPICS]
         for topic, failed in topics:
             row = table.get(topic)
             if row is None:
                 row = table[topic] = [0, 0]
             row[0] += 1
+            every[0] += 1
             if failed:
                 row[1] += 1
+                every[1] += 1
 
     def forget_topic(self, topic: str) -> None:
+        """A deleted topic's counters go, as Kafka removes its BrokerTopicMetrics; the
+        all-topics sums keep what it counted."""
         self.fetch_requests.pop(topic, None)
         self.ack_requests.pop(topic, None)
 
@@ -340,8 +350,12 @@ class BrokerCollector:
                                          f"{what} requests that failed for a partition of the topic.",
                                          labels=["topic"])
             for topic, (n, bad) in sorted(table.items()):
-                total.add_metric([topic], n)
-                failed.add_metric([topic], bad)
+                if topic == ALL_TOPICS:  # Kafka's all-topics MBean: no topic tag
+                    total.add_sample(total.name + "_total", {}, n)
+                    failed.add_sample(failed.name + "_total", {}, bad)
+                else:
+                    total.add_metric([topic], n)
+                    failed.add_metric([topic], bad)
             yield total
             yield failed
 

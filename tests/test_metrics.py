@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.exposition import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as text_string_to_openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 from broker import __main__ as cli
@@ -84,13 +85,39 @@ def test_records_acknowledged_counts_every_record_by_its_type(specs):
     assert stats.acknowledged == expected
 
 
-def test_share_requests_count_each_topic_once_per_request():
+def test_share_requests_count_each_topic_once_per_request_and_all_topics_once_per_topic():
+    """Kafka's SharePartitionManager marks the topic's and the all-topics meter once for each
+    topic a request touched; a deleted topic's row goes, the all-topics sums stay."""
     stats = ShareGroupStats()
     stats.share_requests(stats.fetch_requests, per_topic([("a", 0), ("a", 3), ("b", 0), ("a", 0)]))
     stats.share_requests(stats.fetch_requests, per_topic([("b", 0)]))
-    assert stats.fetch_requests == {"a": [1, 1], "b": [2, 0]}
+    assert stats.fetch_requests == {"a": [1, 1], "b": [2, 0], "": [3, 1]}
     stats.forget_topic("a")
-    assert stats.fetch_requests == {"b": [2, 0]}
+    assert stats.fetch_requests == {"b": [2, 0], "": [3, 1]}
+    assert stats.ack_requests == {"": [0, 0]}
+
+
+async def test_share_request_counters_have_an_all_topics_series_without_the_topic_label(tmp_path):
+    """As Kafka's BrokerTopicMetrics MBean without a topic tag (allTopicsStats): dashboards
+    that read the broker-wide rate find it, in both exposition formats."""
+    b = Broker(_config(tmp_path), store=MemoryLogStore())
+    await b.start()
+    try:
+        stats = b.metrics.share
+        stats.share_requests(stats.fetch_requests, [("a", False), ("b", True)])
+        stats.share_requests(stats.ack_requests, [("a", True)])
+        parts, _ = await b.metrics.exposition()
+        om_parts, _ = await b.metrics.exposition("application/openmetrics-text; version=1.0.0")
+    finally:
+        await b.stop()
+    got = samples(b"".join(parts).decode())
+    for name, every, failed in (("sharefetchrequests", 2, 1), ("shareacknowledgementrequests", 1, 1)):
+        assert got[(f"kafka_server_brokertopicmetrics_total{name}_total", frozenset())] == every
+        assert got[(f"kafka_server_brokertopicmetrics_failed{name}_total", frozenset())] == failed
+    assert got[("kafka_server_brokertopicmetrics_failedsharefetchrequests_total", frozenset({("topic", "b")}))] == 1
+    om = {(s.name, frozenset(s.labels.items())): s.value
+          for f in text_string_to_openmetrics_families(b"".join(om_parts).decode()) for s in f.samples}
+    assert om[("kafka_server_brokertopicmetrics_totalsharefetchrequests_total", frozenset())] == 2
 
 
 class _Families:

@@ -136,6 +136,8 @@ def test_share_consumption_shows_up_exactly_in_the_metrics(start_broker, topic_n
     assert value(got, "kafka_server_brokertopicmetrics_totalsharefetchrequests_total", topic=topic_name) == 5
     assert value(got, "kafka_server_brokertopicmetrics_failedsharefetchrequests_total", topic=topic_name) == 0
     assert value(got, "kafka_server_brokertopicmetrics_totalshareacknowledgementrequests_total", topic=topic_name) == 3
+    assert value(got, "kafka_server_brokertopicmetrics_totalsharefetchrequests_total") == 5  # all topics
+    assert value(got, "kafka_server_brokertopicmetrics_totalshareacknowledgementrequests_total") == 3
     produce_in = value(got, "kafka_network_requestmetrics_requestbytes_sum", request="Produce")
     assert produce_in > 10 * 2  # ten records of at least two bytes each
     assert value(got, "kafka_network_requestmetrics_responsebytes_sum", request="ShareFetch") > produce_in / 2

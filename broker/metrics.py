@@ -400,6 +400,9 @@ class BrokerCollector:
         yield GaugeMetricFamily("kafka_server_sharesessioncache_sharepartitionscount",
                                 "Share partitions in cached share sessions.",
                                 value=sum(len(s.partitions) for s in sessions))
+        yield CounterMetricFamily("kafka_server_sharesessioncache_sharesessionevictions",
+                                  "Share sessions dropped because their client's connection closed.",
+                                  value=cache.evictions)
 
 
 # --- the broker's metrics and their endpoint ----------------------------------------------------------

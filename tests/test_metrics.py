@@ -284,6 +284,28 @@ async def test_a_scrape_reads_share_partitions_a_few_at_a_time_and_skips_those_d
         await b.stop()
 
 
+async def test_share_sessions_dropped_with_their_connection_count_as_evictions(tmp_path):
+    """Kafka's ShareSessionCache marks ShareSessionEvictionsPerSec when a client's disconnect
+    drops its session; one closed with epoch -1 (or replaced by a re-open) is not counted."""
+    b = Broker(_config(tmp_path), store=MemoryLogStore())
+    await b.start()
+    try:
+        cache = b.share_sessions
+        gone, _ = cache.open("g", "m1", [])
+        closed, _ = cache.open("g", "m2", [])
+        replaced, _ = cache.open("g", "m3", [])
+        cache.open("g", "m3", [])
+        cache.close("g", "m2")
+        assert [cache.evict(s) for s in (gone, gone, closed, replaced)] == [True, False, False, False]
+        assert len(cache) == 1
+        parts, _ = await b.metrics.exposition()
+    finally:
+        await b.stop()
+    got = samples(b"".join(parts).decode())
+    assert got[("kafka_server_sharesessioncache_sharesessionevictions_total", frozenset())] == 1
+    assert got[("kafka_server_sharesessioncache_sharesessionscount", frozenset())] == 1
+
+
 def readme_metric_names() -> set[str]:
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     start = text.index("\n## Metrics\n")
@@ -324,6 +346,7 @@ KAFKA_TAGS = {
     "kafka_server_group_coordinator_metrics_share_group_member_count": {"group"},
     "kafka_server_sharesessioncache_sharesessionscount": set(),
     "kafka_server_sharesessioncache_sharepartitionscount": set(),
+    "kafka_server_sharesessioncache_sharesessionevictions": set(),
     "kafka_controller_kafkacontroller_offlinepartitionscount": set(),
 }
 

@@ -8,6 +8,7 @@ with no ``--metrics-port`` the broker opens no port but its listener.
 from __future__ import annotations
 
 import os
+import time
 import urllib.request
 
 import pytest
@@ -120,6 +121,12 @@ def test_share_consumption_shows_up_exactly_in_the_metrics(start_broker, topic_n
         finally:
             a.close()
             b.close()
+        # Both members' connections closed with their sessions open: two evictions, as Kafka's
+        # ShareSessionCache counts them, once the broker has seen the closes.
+        deadline = time.monotonic() + 10
+        while value(scrape(broker), "kafka_server_sharesessioncache_sharesessionscount") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert value(scrape(broker), "kafka_server_sharesessioncache_sharesessionevictions_total") == 2
 
     assert value(got, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Accept") == 8
     assert value(got, "kafka_server_sharegroupmetrics_recordacknowledgements_total", ackType="Renew") == 1

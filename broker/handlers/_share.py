@@ -70,8 +70,7 @@ def tie_session_to_connection(ctx, session) -> None:
 
 def _connection_closed(broker, opened: dict) -> None:
     for session in opened.values():
-        if broker.share_sessions.get(session.group_id, session.member_id) is session:
-            broker.share_sessions.close(session.group_id, session.member_id)
+        if broker.share_sessions.evict(session):
             broker.share_manager.release_soon(session.group_id, session.member_id, set(session.partitions))
 
 

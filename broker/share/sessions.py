@@ -43,6 +43,7 @@ class ShareSessionCache:
     def __init__(self, max_sessions: int) -> None:
         self.max_sessions = max_sessions
         self._sessions: dict[tuple[str, str], ShareSession] = {}
+        self.evictions = 0  # sessions dropped because their connection closed (metrics)
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -97,6 +98,16 @@ class ShareSessionCache:
 
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
         return self._sessions.pop((group_id, member_id), None)
+
+    def evict(self, session: ShareSession) -> bool:
+        """Drop ``session`` because its client's connection closed, if it is still the cached
+        one (not closed with epoch -1 or replaced meanwhile); counted, as Kafka's
+        ShareSessionCache counts ShareSessionEvictionsPerSec only for these."""
+        if self._sessions.get(session.key) is not session:
+            return False
+        del self._sessions[session.key]
+        self.evictions += 1
+        return True
 
     def forget_partitions(self, topic_id) -> None:
         """Drop a deleted topic's partitions from every session."""

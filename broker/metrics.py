@@ -55,6 +55,7 @@ ACK_TYPE_NAMES = ("Gap", "Accept", "Release", "Reject", "Renew")
 # Share-group states Kafka reports a count for (always exported, zero included).
 GROUP_STATES = ("Empty", "Stable", "Dead")
 LISTENER = "PLAINTEXT"
+FETCH_CONSUMER = "FetchConsumer"  # Kafka's RequestMetrics.consumerFetchMetricName
 # The share request counters' row for all topics (no topic can have an empty name): Kafka's
 # BrokerTopicStats.allTopicsStats, exported without the topic label as Kafka's MBean has none.
 ALL_TOPICS = ""
@@ -315,12 +316,15 @@ class BrokerCollector:
         incoming = outgoing = 0
         for s in apis:
             count = s.time_ms.count
-            reqs.add_metric([s.name], count)
-            if not count:
-                continue  # histograms only for APIs in use: 18 buckets x 3 x every API is a lot to scrape
-            time_ms.add_metric([s.name], s.time_ms.cumulative(), s.time_ms.sum)
-            req_bytes.add_metric([s.name], s.request_bytes.cumulative(), s.request_bytes.sum)
-            resp_bytes.add_metric([s.name], s.response_bytes.cumulative(), s.response_bytes.sum)
+            # Kafka's RequestChannel records a Fetch under "Fetch" and again under
+            # "FetchConsumer" (or "FetchFollower", from another broker's replica: kshare has none).
+            for name in (s.name, FETCH_CONSUMER) if s.name == "Fetch" else (s.name,):
+                reqs.add_metric([name], count)
+                if not count:
+                    continue  # histograms only for APIs in use: 18 buckets x 3 x every API is a lot to scrape
+                time_ms.add_metric([name], s.time_ms.cumulative(), s.time_ms.sum)
+                req_bytes.add_metric([name], s.request_bytes.cumulative(), s.request_bytes.sum)
+                resp_bytes.add_metric([name], s.response_bytes.cumulative(), s.response_bytes.sum)
             incoming += s.request_bytes.sum + 4 * count
             outgoing += s.response_bytes.sum + 4 * s.response_bytes.count
         yield from (reqs, time_ms, req_bytes, resp_bytes)

@@ -306,6 +306,30 @@ async def test_share_sessions_dropped_with_their_connection_count_as_evictions(t
     assert got[("kafka_server_sharesessioncache_sharesessionscount", frozenset())] == 1
 
 
+async def test_fetch_requests_are_also_counted_as_fetch_consumer(tmp_path):
+    """Kafka's RequestChannel records a consumer's Fetch under request="Fetch" and again under
+    "FetchConsumer", the name Kafka dashboards chart; the socket byte counts take it once."""
+    b = Broker(_config(tmp_path), store=MemoryLogStore())
+    await b.start()
+    try:
+        frame = bytearray(b"\x00\x01\x00\x0b" + b"\x00" * 56)  # Fetch v11, 60 bytes
+        b.metrics.requests.record(frame, [bytearray(b"\x00\x00\x00\x10"), b"x" * 16], 0.004)
+        parts, _ = await b.metrics.exposition()
+    finally:
+        await b.stop()
+    got = samples(b"".join(parts).decode())
+    for request in ("Fetch", "FetchConsumer"):
+        r = frozenset({("request", request)})
+        assert got[("kafka_network_requestmetrics_requests_total", r)] == 1, request
+        assert got[("kafka_network_requestmetrics_totaltimems_count", r)] == 1, request
+        assert got[("kafka_network_requestmetrics_totaltimems_sum", r)] == pytest.approx(4), request
+        assert got[("kafka_network_requestmetrics_requestbytes_sum", r)] == 60, request
+        assert got[("kafka_network_requestmetrics_responsebytes_sum", r)] == 16, request
+    listener = frozenset({("listener", "PLAINTEXT")})
+    assert got[("kafka_server_socket_server_metrics_incoming_byte_total", listener)] == 64
+    assert got[("kafka_server_socket_server_metrics_outgoing_byte_total", listener)] == 20
+
+
 def readme_metric_names() -> set[str]:
     text = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     start = text.index("\n## Metrics\n")

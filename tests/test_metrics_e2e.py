@@ -135,7 +135,7 @@ def test_share_consumption_shows_up_exactly_in_the_metrics(start_broker, topic_n
     assert value(got, "kafka_server_sharegroupmetrics_partitionloadtimems_count") == 1
     # ShareFetch: a opens and fetches twice, b opens and long-polls; ShareAcknowledge: three.
     for api, n in (("ShareFetch", 5), ("ShareAcknowledge", 3), ("Produce", 2), ("CreateTopics", 1),
-                   ("ShareGroupHeartbeat", 3), ("Fetch", 0)):
+                   ("ShareGroupHeartbeat", 3), ("Fetch", 0), ("FetchConsumer", 0)):
         assert value(got, "kafka_network_requestmetrics_requests_total", request=api) == n, api
     assert value(got, "kafka_network_requestmetrics_totaltimems_count", request="ShareFetch") == 5
     # The long poll waited for the lock to expire: at least one ShareFetch took over 250 ms.

@@ -15,6 +15,7 @@ and ``ControllerConfigurationValidator`` (TOPIC).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
 
@@ -188,6 +189,18 @@ def _broker_default(name: str) -> str | None:
     return None if d is None else render(d.type, d.default)
 
 
+_LISTENER_CONFIG = re.compile(r"listener\.name\.[^.]*\.(.*)")
+
+
+def _broker_config_type(name: str) -> int | None:
+    """Kafka's ``KafkaConfig.configType``: the property's own type, else (for a
+    ``listener.name.<listener>.<property>`` override) the base property's; None when unknown."""
+    d = DEFS.get(name)
+    if d is None and (m := _LISTENER_CONFIG.fullmatch(name)) is not None:
+        d = DEFS.get(m.group(1))
+    return None if d is None else d.type
+
+
 def check_node_id(broker: Broker, name: str, *, word: str = "Node") -> None:
     try:
         node = int(name)
@@ -230,7 +243,11 @@ class BrokerConfigProvider:
     def _entry(broker: Broker, name: str, per_broker: bool) -> ConfigEntry:
         cfg = broker.config
         d = DEFS.get(name)
-        sensitive = d is not None and d.type == PASSWORD
+        type_ = _broker_config_type(name)
+        # KafkaConfig.maybeSensitive: a property whose type is unknown is treated as sensitive
+        # "to be safe", so a password kshare does not define (ssl.keystore.password,
+        # sasl.jaas.config from a Kafka server.properties) is never shown.
+        sensitive = type_ is None or type_ == PASSWORD
         layers = broker_layers(cfg, name)
         if per_broker:
             value = layers[0][1] if layers else None
@@ -241,7 +258,7 @@ class BrokerConfigProvider:
                 value = render(d.type, parse_typed(name, d.type, value))
             except ConfigError:
                 pass
-        synonyms = synonym_entries(cfg, broker_synonym_names(name), name)
+        synonyms = synonym_entries(cfg, broker_synonym_names(name), name, sensitive)
         if not per_broker:
             synonyms = [s for s in synonyms if s[2] == 3]
         source = synonyms[0][2] if synonyms else DEFAULT_CONFIG
@@ -250,7 +267,7 @@ class BrokerConfigProvider:
         return ConfigEntry(
             name=name, value=None if sensitive else value, source=source,
             read_only=d is None or not d.dynamic, sensitive=sensitive, synonyms=tuple(synonyms),
-            type=0 if d is None else d.type, doc=d.doc if d is not None else None,
+            type=type_ or 0, doc=d.doc if d is not None else None,
         )
 
     @staticmethod

@@ -301,14 +301,15 @@ def broker_value(cfg: BrokerConfig, name: str) -> Any:
     return None
 
 
-def synonym_entries(cfg: BrokerConfig, names: Iterable[str], primary: str) -> list[tuple[str, str | None, int]]:
+def synonym_entries(cfg: BrokerConfig, names: Iterable[str], primary: str,
+                    sensitive: bool = False) -> list[tuple[str, str | None, int]]:
     """Kafka's ``ConfigHelper.configSynonyms``: (name, value, source) by source then synonym order,
     dropping entries before the first one named ``primary`` (so describing ``retention.ms`` with
-    only ``log.retention.hours`` set reports no synonym, exactly like Kafka)."""
+    only ``log.retention.hours`` set reports no synonym, exactly like Kafka). Every value is null
+    when the described entry is ``sensitive``, as Kafka hides the synonyms of a sensitive entry."""
     names = list(names)
     by_source: dict[int, list[tuple[str, str | None, int]]] = {}
     for name in names:
-        sensitive = DEFS.get(name) is not None and DEFS[name].type == PASSWORD
         for source, raw in broker_layers(cfg, name):
             by_source.setdefault(source, []).append((name, None if sensitive else raw, source))
     ordered = [e for s in (DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG)

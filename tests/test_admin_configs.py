@@ -189,3 +189,27 @@ def test_dynamic_broker_configs_apply_and_persist(broker_factory):
 
     incremental(admin, ResourceType.BROKER, node, ("log.retention.ms", None, AlterConfigOpType.DELETE))
     assert describe(admin, ResourceType.TOPIC, "dyn")["retention.ms"].value == "604800000"
+
+
+@pytest.mark.needs_private_broker
+def test_broker_properties_kshare_does_not_define_are_described_as_sensitive(broker_factory):
+    """Kafka's KafkaConfig.maybeSensitive: a property whose type is unknown is sensitive (value
+    and synonym values null), so secrets from a Kafka server.properties are not handed out; a
+    listener override takes the type of its base property."""
+    b = broker_factory({"ssl.keystore.password": "s3cret", "sasl.jaas.config": 'pw="s3cret";',
+                        "listener.name.plaintext.max.connections": "500"})
+    admin = _admin(b.bootstrap)
+    node = str(admin.describe_cluster().result(timeout=TIMEOUT).controller.id)
+    configs = describe(admin, ResourceType.BROKER, node)  # librdkafka asks for synonyms
+    for name in ("ssl.keystore.password", "sasl.jaas.config"):
+        entry = configs[name]
+        assert entry.value is None and entry.is_sensitive, name
+        assert entry.source == ConfigSource.STATIC_BROKER_CONFIG.value
+        assert [s.value for s in entry.synonyms.values()] == [None]
+    listener = configs["listener.name.plaintext.max.connections"]
+    assert listener.value == "500" and not listener.is_sensitive
+    with RawClient(b.bootstrap) as c:
+        resp = c.request(32, 4, DescribeConfigsRequest(resources=[DescribeConfigsResource(
+            4, node, ["listener.name.plaintext.max.connections", "sasl.jaas.config"])], include_synonyms=True))
+    assert {e.name: e.config_type for e in resp.results[0].configs} == {
+        "listener.name.plaintext.max.connections": 3, "sasl.jaas.config": 0}  # INT; UNKNOWN

@@ -154,7 +154,8 @@ _DEFS: list[ConfigDef] = [
     # --- topics -------------------------------------------------------------------------
     _d("auto.create.topics.enable", BOOLEAN, True, "Create unknown topics on metadata requests and produce."),
     _d("delete.topic.enable", BOOLEAN, True, "Whether DeleteTopics is allowed."),
-    _d("num.partitions", INT, 1, "Default partition count of auto-created topics.", at_least=1, dynamic=True),
+    # Read-only in Kafka 4.2: it is in none of the sets DynamicBrokerConfig.ALL_DYNAMIC_CONFIGS joins.
+    _d("num.partitions", INT, 1, "Default partition count of auto-created topics.", at_least=1),
     _d("default.replication.factor", INT, 1, "Default replication factor of auto-created topics."),
     _d("min.insync.replicas", INT, 1, "Minimum in-sync replicas for acks=all.", at_least=1, dynamic=True),
     _d("message.max.bytes", INT, 1048588, "Largest record batch size allowed.", at_least=0, dynamic=True),
@@ -414,7 +415,8 @@ class BrokerConfig:
         return self.data_dir / DYNAMIC_CONFIG_FILE
 
     def _load_dynamic(self) -> None:
-        """Reload persisted dynamic configs; like Kafka, skip (and log) values that no longer parse."""
+        """Reload persisted dynamic configs; like Kafka (DynamicBrokerConfig.fromPersistentProps),
+        skip (and log) values that no longer parse and properties that are no longer dynamic."""
         path = self._dynamic_path()
         if path is None or not path.exists():
             return
@@ -426,6 +428,10 @@ class BrokerConfig:
             kept = {}
             for name, value in data.get(key, {}).items():
                 d = DEFS.get(name)
+                if d is not None and not d.dynamic:
+                    logging.getLogger("kshare.config").warning(
+                        "ignoring persisted dynamic config %s: it cannot be updated dynamically", name)
+                    continue
                 try:
                     if d is not None:
                         d.parse(value)

@@ -134,22 +134,40 @@ def test_dynamic_broker_configs_persist(tmp_path):
     resp = _call(b, 44, 1, IncrementalAlterConfigsRequest(resources=[
         AlterConfigsResource(4, str(b.node_id), [AlterableConfig("log.retention.ms", SET, "1234")]),
         AlterConfigsResource(4, "", [AlterableConfig("log.retention.ms", SET, "999"),
-                                     AlterableConfig("num.partitions", SET, "3")]),
+                                     AlterableConfig("message.max.bytes", SET, "3000")]),
     ]))
     assert [r.error_code for r in resp.responses] == [0, 0]
-    assert b.config["log.retention.ms"] == 1234 and b.config["num.partitions"] == 3
+    assert b.config["log.retention.ms"] == 1234 and b.config["message.max.bytes"] == 3000
 
     reloaded = BrokerConfig({"log.dirs": str(tmp_path)})
-    assert reloaded["log.retention.ms"] == 1234 and reloaded["num.partitions"] == 3
-    assert (reloaded.source("log.retention.ms"), reloaded.source("num.partitions")) == (2, 3)
-    assert reloaded.dynamic_default == {"log.retention.ms": "999", "num.partitions": "3"}
+    assert reloaded["log.retention.ms"] == 1234 and reloaded["message.max.bytes"] == 3000
+    assert (reloaded.source("log.retention.ms"), reloaded.source("message.max.bytes")) == (2, 3)
+    assert reloaded.dynamic_default == {"log.retention.ms": "999", "message.max.bytes": "3000"}
 
     # a persisted value that no longer validates is skipped, not fatal
     path = tmp_path / DYNAMIC_CONFIG_FILE
     data = json.loads(path.read_text())
-    data["broker"]["num.partitions"] = "zero"
+    data["broker"]["message.max.bytes"] = "zero"
     path.write_text(json.dumps(data))
-    assert BrokerConfig({"log.dirs": str(tmp_path)})["num.partitions"] == 3
+    assert BrokerConfig({"log.dirs": str(tmp_path)})["message.max.bytes"] == 3000
+
+    # so is one that is not dynamic (any more), as Kafka's DynamicBrokerConfig.fromPersistentProps
+    # drops them: it would otherwise stay, and not even DELETE could remove it
+    data["broker"] = {"num.partitions": "7", "log.dirs": "/elsewhere"}
+    path.write_text(json.dumps(data))
+    reloaded = BrokerConfig({"log.dirs": str(tmp_path)})
+    assert reloaded.dynamic == {} and reloaded["num.partitions"] == 1
+
+
+def test_num_partitions_is_read_only_as_in_kafka(tmp_path):
+    """Kafka 4.2 refuses num.partitions dynamically (DynamicBrokerConfig.ALL_DYNAMIC_CONFIGS
+    does not contain it); automation that works here must keep working after moving to Kafka."""
+    b = _broker(tmp_path)
+    resp = _call(b, 44, 1, IncrementalAlterConfigsRequest(resources=[
+        AlterConfigsResource(4, "", [AlterableConfig("num.partitions", SET, "3")])]))
+    assert [(r.error_code, r.error_message) for r in resp.responses] == [
+        (42, "Cannot update these configs dynamically: [num.partitions]")]
+    assert b.config["num.partitions"] == 1
 
 
 def test_raw_properties_follow_dynamic_changes_and_callers_get_their_own_copy(tmp_path):

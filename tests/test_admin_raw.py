@@ -481,8 +481,8 @@ def test_incremental_alter_broker_config_errors(client, node_id):
     assert alter(me, ("log.retention.ms", 0, "1000")) == (0, None)  # validate_only: nothing changes
     assert alter(me, ("log.retention.ms", 0, "soon")) == (
         42, "Invalid value soon for configuration log.retention.ms: Not a number of type LONG")
-    assert alter(me, ("num.partitions", 0, "0")) == (
-        42, "Invalid value 0 for configuration num.partitions: Value must be at least 1")
+    assert alter(me, ("log.index.interval.bytes", 0, "-1")) == (
+        42, "Invalid value -1 for configuration log.index.interval.bytes: Value must be at least 0")
     assert alter(me, ("node.id", 0, "3"), ("listeners", 0, "x")) == (
         42, "Cannot update these configs dynamically: [listeners, node.id]")
     assert alter(me, ("log.retention.ms", 2, "1")) == (

@@ -90,6 +90,31 @@ def test_recreated_topic_gets_a_new_id(admin, broker, topic_name):
     assert first != second and second.int != 0
 
 
+def test_a_topic_with_the_longest_legal_name_is_deleted_and_created_again(admin, broker, topic_name):
+    """A 249-character name (Kafka's limit) leaves too little of the 255 bytes a file name may
+    have for "-<partition>.<32 hex>-delete": the directory is renamed with the topic cut short,
+    as Kafka's UnifiedLog.logDeleteDirName does, so the delete and a new topic of the same name
+    both succeed (the broker used to close the connection on both)."""
+    from confluent_kafka import Producer
+
+    name = (topic_name + "-" + "x" * 249)[:249]
+    _result(admin.create_topics([NewTopic(name, 11, 1)]), name)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(name, b"old", partition=10)
+    assert p.flush(TIMEOUT) == 0
+    _result(admin.delete_topics([name], operation_timeout=10), name)
+    assert _metadata_topic(broker.bootstrap, name).error_code == 3
+    _result(admin.create_topics([NewTopic(name, 11, 1)]), name)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    delivered = []
+    p.produce(name, b"new", partition=10, on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+    assert p.flush(TIMEOUT) == 0
+    assert delivered == [(None, 0)]  # a new, empty log
+    (t,) = [t for n, t in admin.list_topics(name, timeout=TIMEOUT).topics.items() if n == name]
+    assert len(t.partitions) == 11
+    _result(admin.delete_topics([name], operation_timeout=10), name)
+
+
 def test_delete_unknown_topic(admin, topic_name):
     err = _error(admin.delete_topics([topic_name]), topic_name)
     assert err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART

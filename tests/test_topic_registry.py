@@ -75,6 +75,24 @@ def test_a_deletion_cut_short_leaves_a_stray_that_is_kept_not_served(data_dir, c
     assert strays(data_dir) == ["gone-0"] and "keeping stray log" in caplog.text
 
 
+def test_a_stray_of_the_longest_legal_topic_name_is_kept_under_a_shortened_name(data_dir):
+    """"<dir>.<32 hex>-stray" of a 249-character topic would pass the 255 bytes a file name may
+    have: the topic is cut short, as Kafka's UnifiedLog.logStrayDirName does."""
+    name = "s" * 249
+    registry = open_registry(data_dir)
+    registry.create(name, 1)
+    close(registry)
+    registry_file = data_dir / REGISTRY_FILE
+    listed = json.loads(registry_file.read_text())
+    del listed["topics"][name]
+    registry_file.write_text(json.dumps(listed))
+    registry = open_registry(data_dir)
+    (kept,) = [n for n in os.listdir(data_dir) if n.endswith("-stray")]
+    assert len(kept) == 255 and kept.startswith("s" * 200) and kept.split(".")[0].endswith("s-0")
+    registry.create(name, 1)  # the name is free again
+    close(registry)
+
+
 def test_a_directory_of_an_older_topic_id_is_kept_as_a_stray(data_dir, caplog):
     registry_file = data_dir / REGISTRY_FILE
     listed = json.loads(registry_file.read_text())

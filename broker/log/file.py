@@ -67,6 +67,14 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
+def renamed_dir_name(topic: str, partition: int, suffix: str) -> str:
+    """``<topic>-<partition>.<unique id><suffix>``, the topic cut short so the name fits the
+    255 bytes a file name may have: a legal topic name (249 characters) leaves too little room
+    for the suffix. Kafka's UnifiedLog.logDirNameWithSuffixCappedLength."""
+    tail = f"-{partition}.{uuid.uuid4().hex}{suffix}"
+    return topic[: max(0, 255 - len(tail))] + tail
+
+
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
     topic, sep, part = name.rpartition("-")
     if not sep or not part.isdigit() or not _LEGAL_TOPIC.fullmatch(topic) or topic in (".", ".."):
@@ -368,10 +376,7 @@ class FileLogStore:
             if lg is not None:
                 lg.close()
             if os.path.isdir(path):
-                tomb = os.path.join(
-                    self.data_dir,
-                    f"{partition_dir_name(topic, partition)}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}",
-                )
+                tomb = os.path.join(self.data_dir, renamed_dir_name(topic, partition, DELETE_DIR_SUFFIX))
                 os.rename(path, tomb)
                 shutil.rmtree(tomb, ignore_errors=True)
         self._write_checkpoints(fsync=False)
@@ -383,7 +388,7 @@ class FileLogStore:
         path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
         if not os.path.isdir(path):
             return None
-        kept = f"{path}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
+        kept = os.path.join(self.data_dir, renamed_dir_name(topic, partition, STRAY_DIR_SUFFIX))
         os.rename(path, kept)
         fsync_dir(self.data_dir)
         self._write_checkpoints(fsync=False)

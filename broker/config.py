@@ -25,6 +25,42 @@ class ConfigError(ValueError):
     """A property value that does not parse or is out of range (Kafka's ConfigException)."""
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def invalid(name: str, value: Any, reason: str) -> ConfigError:
+    """Kafka's ``ConfigException(name, value, message)`` text."""
+    return ConfigError(f"Invalid value {value} for configuration {name}: {reason}")
+
+
+def parse_typed(name: str, type_: int, raw: Any) -> Any:
+    """Kafka's ``ConfigDef.parseType``: a property string to a typed value, or ConfigError."""
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        return raw
+    text = raw.strip()
+    if type_ == BOOLEAN:
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        raise invalid(name, raw, "Expected value to be either true or false")
+    if type_ in (INT, SHORT, LONG):
+        bits = {INT: 31, SHORT: 15, LONG: 63}[type_]
+        if _INTEGER.fullmatch(text):
+            value = int(text)
+            if -(1 << bits) <= value < (1 << bits):
+                return value
+        raise invalid(name, raw, f"Not a number of type {TYPE_NAMES[type_].upper()}")
+    if type_ == DOUBLE:
+        try:
+            return float(text)
+        except ValueError:
+            raise invalid(name, raw, "Not a number of type DOUBLE") from None
+    if type_ == LIST:
+        return [] if not text else [part.strip() for part in text.split(",")]
+    return text
+
+
 @dataclass(frozen=True)
 class ConfigDef:
     name: str
@@ -39,31 +75,14 @@ class ConfigDef:
     validator: Callable[[Any], Any] | None = None  # raises ConfigError for a value the checks above allow
 
     def parse(self, raw: Any) -> Any:
-        """Turn a property string (or already-typed value) into this config's Python value."""
-        if raw is None:
-            return None
-        try:
-            if self.type == BOOLEAN:
-                if isinstance(raw, bool):
-                    value = raw
-                elif str(raw).strip().lower() in ("true", "false"):
-                    value = str(raw).strip().lower() == "true"
-                else:
-                    raise ValueError("expected true or false")
-            elif self.type in (INT, SHORT, LONG):
-                value = int(str(raw).strip())
-                limit = {INT: INT_MAX, SHORT: 32767, LONG: LONG_MAX}[self.type]
-                if not -limit - 1 <= value <= limit:
-                    raise ValueError("out of range for its type")
-            elif self.type == DOUBLE:
-                value = float(str(raw).strip())
-            elif self.type == LIST:
-                value = raw if isinstance(raw, list) else [s.strip() for s in str(raw).split(",") if s.strip()]
-            else:
-                value = str(raw).strip()
-        except ValueError as e:
-            raise ConfigError(f"Invalid value {raw} for configuration {self.name}: {e}") from None
-        self.check(value)
+        """Turn a property string (or already-typed value) into this config's Python value, with
+        Kafka's parse messages. A list drops empty entries ("a,,b," is two), as kshare always has."""
+        if self.type == LIST and isinstance(raw, str):
+            value = [s.strip() for s in raw.split(",") if s.strip()]
+        else:
+            value = parse_typed(self.name, self.type, raw)
+        if value is not None:
+            self.check(value)
         return value
 
     def check(self, value: Any) -> None:

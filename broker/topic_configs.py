@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping
 from protocol.errors import ErrorCode, KafkaError
 
 from .config import (
-    BOOLEAN, DEFS, DOUBLE, INT, LIST, LONG, PASSWORD, SHORT, STRING, BrokerConfig, ConfigDef, ConfigError,
+    BOOLEAN, DEFS, DOUBLE, INT, LIST, LONG, STRING, BrokerConfig, ConfigDef, ConfigError, invalid, parse_typed,
 )
 
 LONG_MAX = (1 << 63) - 1
@@ -30,16 +30,6 @@ INT_MIN = -(1 << 31)
 # DescribeConfigs ConfigSource ids
 TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 2, 3, 4, 5
 DYNAMIC_BROKER_LOGGER_CONFIG = 6
-
-_TYPE_WORD = {BOOLEAN: "BOOLEAN", STRING: "STRING", INT: "INT", SHORT: "SHORT", LONG: "LONG", DOUBLE: "DOUBLE",
-              LIST: "LIST", PASSWORD: "PASSWORD"}
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-
-
-def invalid(name: str, value: Any, reason: str) -> ConfigError:
-    """Kafka's ``ConfigException(name, value, message)`` text."""
-    return ConfigError(f"Invalid value {value} for configuration {name}: {reason}")
-
 
 def java_str(value: Any) -> str:
     """How Java's ``toString`` prints a parsed config value (what Kafka puts in messages)."""
@@ -56,34 +46,6 @@ def java_str(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(value) + "]"
     return str(value)
-
-
-def parse_typed(name: str, type_: int, raw: Any) -> Any:
-    """Kafka's ``ConfigDef.parseType``: a property string to a typed value, or ConfigError."""
-    if raw is None:
-        return None
-    if not isinstance(raw, str):
-        return raw
-    text = raw.strip()
-    if type_ == BOOLEAN:
-        if text.lower() in ("true", "false"):
-            return text.lower() == "true"
-        raise invalid(name, raw, "Expected value to be either true or false")
-    if type_ in (INT, SHORT, LONG):
-        bits = {INT: 31, SHORT: 15, LONG: 63}[type_]
-        if _INTEGER.fullmatch(text):
-            value = int(text)
-            if -(1 << bits) <= value < (1 << bits):
-                return value
-        raise invalid(name, raw, f"Not a number of type {_TYPE_WORD[type_]}")
-    if type_ == DOUBLE:
-        try:
-            return float(text)
-        except ValueError:
-            raise invalid(name, raw, "Not a number of type DOUBLE") from None
-    if type_ == LIST:
-        return [] if not text else [part.strip() for part in text.split(",")]
-    return text
 
 
 def render(type_: int, value: Any) -> str | None:

@@ -166,9 +166,13 @@ def test_default_data_dir_is_dot_data(tmp_path):
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--override", "num.partitions=abc"], "Invalid value abc for configuration num.partitions"),
+        # Kafka's ConfigDef.parseType messages (Python's int() would take "1_000")
+        (["--override", "num.partitions=abc"],
+         "Invalid value abc for configuration num.partitions: Not a number of type INT"),
+        (["--override", "num.partitions=1_000"], "Invalid value 1_000 for configuration num.partitions: Not a number"),
         (["--override", "num.partitions=0"], "Value must be at least 1"),
-        (["--override", "auto.create.topics.enable=maybe"], "configuration auto.create.topics.enable"),
+        (["--override", "auto.create.topics.enable=maybe"],
+         "configuration auto.create.topics.enable: Expected value to be either true or false"),
         (["--override", "compression.type=brotli"], "configuration compression.type"),
         # an internal config as Kafka's (defineInternal ... atLeast(1)): 0 would spin the expiry loop
         (["--override", "producer.id.expiration.check.interval.ms=0"], "Value must be at least 1"),

@@ -188,6 +188,55 @@ def test_long_poll_returns_on_produce_and_min_bytes_waits_for_max_wait(broker, t
         assert 0.29 <= elapsed < 2.5, elapsed
 
 
+@pytest.mark.filterwarnings("ignore:(open|read)_text is deprecated:DeprecationWarning")
+def test_a_long_poll_is_woken_by_records_after_segments_were_deleted(broker, topic_name):
+    """A kafka-python consumer long-polling at the end of a partition gets the next record at
+    once even when DeleteRecords (or retention) dropped a segment during its wait: like Kafka's
+    DelayedFetch, the wait counts bytes appended since it began, not the log's shrinking size."""
+    import threading
+
+    from confluent_kafka import Producer
+    from confluent_kafka import TopicPartition as CkTopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from kafka import KafkaConsumer, TopicPartition
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic_name, 1, 1, config={"segment.bytes": "1048576"})])[topic_name].result(15)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for _ in range(15):  # 1.5 MB: a rolled segment to drop, and the active one
+        producer.produce(topic_name, b"x" * 100_000)
+    assert producer.flush(15) == 0
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False,
+                             fetch_max_wait_ms=20_000, request_timeout_ms=40_000)
+    produced_at = []
+
+    def purge_then_produce() -> None:
+        time.sleep(1)  # the consumer's fetch is waiting by now
+        admin.delete_records([CkTopicPartition(topic_name, 0, 15)])[CkTopicPartition(topic_name, 0, 15)].result(15)
+        time.sleep(0.3)
+        producer.produce(topic_name, b"new")
+        producer.flush(15)
+        produced_at.append(time.monotonic())
+
+    try:
+        tp = TopicPartition(topic_name, 0)
+        consumer.assign([tp])
+        consumer.seek_to_end(tp)
+        assert consumer.position(tp) == 15
+        worker = threading.Thread(target=purge_then_produce)
+        worker.start()
+        got = []
+        deadline = time.monotonic() + 30
+        while not got and time.monotonic() < deadline:
+            got = [m.value for ms in consumer.poll(timeout_ms=500).values() for m in ms]
+        received_at = time.monotonic()
+        worker.join(15)
+        assert got == [b"new"]
+        assert received_at - produced_at[0] < 5, received_at - produced_at[0]  # not the 20 s wait
+    finally:
+        consumer.close()
+
+
 
 def _part(p: int, offset: int) -> FetchPartition:
     return FetchPartition(partition=p, fetch_offset=offset, partition_max_bytes=1 << 20)

@@ -11,7 +11,8 @@ returned may exceed both so a consumer always progresses (KIP-74). While many re
 wait for clients that stopped reading, the total shrinks (``Server.response_bytes``). Batches go
 out as slices of the segment reads, never re-encoded. If less than MinBytes is available, the
 request waits up to MaxWaitMs for appends to its partitions (``broker.partitions.wait_for_data``),
-counting the bytes appended since, like Kafka's DelayedFetch, then reads again. As Kafka's
+counting the bytes appended since (never less when retention or DeleteRecords drop segments
+meanwhile), like Kafka's DelayedFetch, then reads again. As Kafka's
 handleFetch, partitions that do not exist (unknown topic, topic id or partition) are set aside
 and answered after the others without cutting the wait short; an error met reading a partition
 that exists (epochs, offsets, a damaged or offline log) answers at once. A partition named twice
@@ -246,7 +247,7 @@ async def _wait(broker, plan: _Plan, have: int, min_bytes: int, max_wait_s: floa
     sizes = []
     for pd, lg, fp in plan.readable:
         keys.append(data_key(lg.topic, lg.partition))
-        sizes.append(lg.size)
+        sizes.append(lg.appended_bytes)
     while True:
         remaining = deadline - loop.time()
         if remaining <= 0 or not await partitions.wait_for_data(keys, remaining):
@@ -255,6 +256,6 @@ async def _wait(broker, plan: _Plan, have: int, min_bytes: int, max_wait_s: floa
         for (pd, lg, fp), size in zip(plan.readable, sizes):
             if lg.closed or lg.offline or fp.fetch_offset > lg.end_offset or fp.fetch_offset < lg.start_offset:
                 return True  # deleted, offline or moved under us: answer now, the read reports it
-            grown += min(max(0, lg.size - size), fp.partition_max_bytes)
+            grown += min(lg.appended_bytes - size, fp.partition_max_bytes)
         if grown >= min_bytes:
             return True

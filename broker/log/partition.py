@@ -105,6 +105,9 @@ class Log:
         self._dir_dirty = False
         self._sync_paths: list[str] = []  # files/dirs to fsync with the next flush
         self._closed = False
+        # Bytes appended since the log was opened: only grows (``size`` shrinks when retention or
+        # DeleteRecords drop segments), so long polls count new data with it.
+        self.appended_bytes = 0
 
     def __repr__(self) -> str:
         return (
@@ -231,6 +234,7 @@ class Log:
         if seg.size == 0:
             seg.rolling_timestamp = first_batch_ts
         seg.size = seg_pos
+        self.appended_bytes += total
         seg.next_offset = offset
         seg.max_timestamp = seg_max
         seg.offset_of_max_timestamp = seg_max_offset

@@ -128,6 +128,8 @@ class PartitionLog(Protocol):
     @property
     def size(self) -> int: ...
 
+    appended_bytes: int  # bytes appended since opened; never shrinks
+
     def append(
         self,
         data: bytearray | memoryview,

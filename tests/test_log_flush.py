@@ -407,3 +407,45 @@ async def test_a_retention_pass_writes_the_start_offset_checkpoint_once(tmp_path
     logs[1].delete_records_before(4)
     assert len(writes) == 2 and checkpoint.read_text() == "0\n1\nt1 0 4\n"
     await store.close()
+
+
+@pytest.mark.parametrize("failing", ["new segment", "index file"])
+async def test_a_roll_the_disk_refuses_fails_the_append_and_the_next_one_rolls(tmp_path, monkeypatch, failing):
+    """A full disk can refuse the roll rather than the write: the new segment's ``.log`` (its
+    create) or the old segment's ``.index``/``.timeindex``. The append used to raise that
+    OSError, which closed the producer's connection without an answer; as Kafka's LocalLog.roll
+    it is a KafkaStorageError (Produce answers KAFKA_STORAGE_ERROR), nothing is written, the
+    log stays online and the next append rolls once there is room."""
+    store = make(tmp_path, CountingFsync(), segment_bytes=1024)
+    log = store.create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(1, value_size=600, tag=1))
+    before = stored_model(log)
+    real_open, real_builtin_open = segment.os.open, open
+
+    def no_new_segment(path, flags, *args):
+        if flags & os.O_CREAT:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, flags, *args)
+
+    def no_index_file(path, mode="r", *args, **kw):
+        if "w" in mode:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_builtin_open(path, mode, *args, **kw)
+
+    if failing == "new segment":
+        monkeypatch.setattr(segment.os, "open", no_new_segment)
+    else:
+        monkeypatch.setattr(segment, "open", no_index_file, raising=False)
+    for _ in range(2):
+        with pytest.raises(KafkaStorageError, match="No space left"):
+            append(log, make_batch(1, value_size=600, tag=2))
+    assert (log.end_offset, stored_model(log), len(log.segments)) == (1, before, 1)
+    assert not log.offline and not log.segments[-1].sealed
+    monkeypatch.undo()
+    assert append(log, make_batch(1, value_size=600, tag=3)).first_offset == 1
+    assert [s.base_offset for s in log.segments] == [0, 1]
+    await log.flush()
+    await store.close()
+    store = make(tmp_path, CountingFsync(), segment_bytes=1024)
+    assert [(first, last) for first, last, _ in stored_model(store.get("t", 0))] == [(0, 0), (1, 1)]
+    await store.close()

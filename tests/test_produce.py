@@ -7,6 +7,7 @@ acks=0 cases run over a socket against the shared broker.
 
 from __future__ import annotations
 
+import errno
 import time
 
 import pytest
@@ -15,6 +16,7 @@ from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.context import RequestContext
 from broker.handlers import produce as produce_handler
+from broker.log import segment
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.records import CRC_OFFSET, build_batch
@@ -118,6 +120,30 @@ async def test_a_batch_larger_than_a_segment_is_refused(local):
     assert (p.error_code, p.log_start_offset, p.error_message) == (ErrorCode.RECORD_LIST_TOO_LARGE, -1, None)
     assert local.store.get("t", 0).end_offset == 0
     assert (await produce_one(local, "t", batch([b"x" * 1000]))).error_code == 0
+
+
+async def test_a_segment_roll_the_disk_refuses_answers_storage_error(local, monkeypatch):
+    """A full disk that refuses the new segment file: the produce is answered
+    KAFKA_STORAGE_ERROR (it used to raise and close the connection), other partitions of the
+    request are answered as usual, and the partition takes appends once there is room."""
+    local.topics.create("t", 2, {"segment.bytes": "1024"})
+    assert (await produce_one(local, "t", batch([b"x" * 600]))).error_code == 0
+    real_open = segment.os.open
+
+    def full(path, flags, *args):
+        if flags & segment.os.O_CREAT:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(segment.os, "open", full)
+    req = produce_request("t", batch([b"y" * 600]))
+    req.topic_data[0].partition_data.append(produce_request("t", batch([b"z"]), partition=1).topic_data[0].partition_data[0])
+    (t,) = (await call(local, req)).responses
+    assert [(p.index, p.error_code, p.base_offset) for p in t.partition_responses] == [
+        (0, ErrorCode.KAFKA_STORAGE_ERROR, -1), (1, 0, 0)]
+    monkeypatch.undo()
+    p = await produce_one(local, "t", batch([b"y" * 600]))
+    assert (p.error_code, p.base_offset) == (0, 1)
 
 
 async def test_record_checks_map_to_corrupt_message_and_invalid_record(local):

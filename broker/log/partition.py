@@ -290,9 +290,17 @@ class Log:
         old = self._segments[-1]
         if old.size == 0:
             return old
-        old.seal()
-        old.save_indexes()
-        seg = self._new_segment(old.next_offset)
+        try:
+            old.seal()
+            old.save_indexes()
+            seg = self._new_segment(old.next_offset)
+        except OSError as e:
+            # A full disk (or EIO, EMFILE) failed the index files or the new segment: nothing
+            # was written, so the old segment stays active and the next append tries again.
+            # Kafka's LocalLog.roll turns the IOException into a KafkaStorageException too.
+            old.sealed = False
+            self._write_failed(e)
+            raise KafkaStorageError(f"rolling a segment of {self.topic}-{self.partition} failed: {e}") from e
         self._segments.append(seg)
         self._bases.append(seg.base_offset)
         self._dir_dirty = True

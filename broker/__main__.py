@@ -98,6 +98,9 @@ async def serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) ->
         raise StartupError(f"cannot open the data directory {config.data_dir}: {e}") from None
     try:
         host, port = await broker.start()
+    except KafkaStorageError as e:  # e.g. the internal topics cannot be created on a full disk
+        await broker.stop()
+        raise StartupError(f"cannot write to the data directory {config.data_dir}: {e}") from None
     except OSError as e:
         await broker.stop()
         where = config["listeners"][0]

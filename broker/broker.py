@@ -14,10 +14,11 @@ import time
 from coordinator.group import runtime as group_runtime
 from coordinator.share import runtime as share_runtime
 from protocol import messages
+from protocol.errors import ErrorCode, KafkaError
 
 from .config import BrokerConfig
 from .handlers import REGISTRY
-from .log import FileLogStore, LogConfig, LogStore
+from .log import FileLogStore, KafkaStorageError, LogConfig, LogStore
 from .meta import load_or_create, lock_data_dir
 from .metrics import BrokerMetrics
 from .partitions import Partitions
@@ -108,7 +109,12 @@ class Broker:
         """
         topic = self.topics.get(name)
         if topic is None:
-            topic = self.topics.create(name, partitions, configs)
+            try:
+                topic = self.topics.create(name, partitions, configs)
+            except KafkaError as e:  # the registry cannot be written: the start fails with why
+                if e.code != ErrorCode.KAFKA_STORAGE_ERROR:
+                    raise
+                raise KafkaStorageError(e.message) from None
         return topic
 
     def log_config(self, topic_overrides: dict[str, str]) -> LogConfig:

@@ -466,13 +466,17 @@ class BrokerConfig:
         if path is None:
             return
         import json
+        import logging
 
         from .log.checkpoint import fsync_dir, write_atomically
 
         path.parent.mkdir(parents=True, exist_ok=True)
         body = {"version": 1, "broker": self.dynamic, "cluster_default": self.dynamic_default}
         write_atomically(str(path), json.dumps(body, indent=1, sort_keys=True).encode(), fsync=True)
-        fsync_dir(str(path.parent))
+        try:
+            fsync_dir(str(path.parent))
+        except OSError as e:  # the file is renamed already: the change stands, a crash may undo it
+            logging.getLogger("kshare.config").error("cannot fsync %s: %s", path.parent, e)
 
     def on_change(self, listener: Callable[[set[str]], None]) -> None:
         self._listeners.append(listener)

@@ -300,7 +300,12 @@ class BrokerConfigProvider:
             cfg.set_dynamic(changes, cluster_default=cluster_default)
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(e)) from None
-        cfg.save_dynamic()
+        try:
+            cfg.save_dynamic()
+        except OSError as e:  # a full disk: undo the change, which would not survive a restart
+            cfg.set_dynamic({k: current.get(k) for k in changes}, cluster_default=cluster_default)
+            log.error("cannot persist dynamic broker configs, not changed: %s", e)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot persist the dynamic configs: {e}") from None
         log.info("dynamic broker configs%s changed: %s", "" if name else " (cluster default)", changes)
 
     def alter(self, broker: Broker, name: str, configs: dict[str, str], validate_only: bool) -> None:

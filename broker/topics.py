@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable
 
 from protocol.errors import ErrorCode, KafkaError
@@ -82,6 +82,12 @@ def _collision_key(name: str) -> str:
     return name.replace(".", "_")
 
 
+def _entry(topic: Topic) -> str:
+    """The topic's text in the registry file."""
+    entry = {"id": uuid_to_str(topic.topic_id), "partitions": topic.partitions, "configs": topic.configs}
+    return f"{json.dumps(topic.name)}: {json.dumps(entry)}"
+
+
 class TopicRegistry:
     def __init__(self, data_dir: str, store: LogStore, log_config: Callable[[dict[str, str]], LogConfig]) -> None:
         """``log_config(topic_overrides)`` resolves a topic's LogConfig against broker defaults."""
@@ -134,18 +140,34 @@ class TopicRegistry:
         log.warning("%s-%d: %s; not serving it%s", topic, partition, why,
                     f", its data is kept in {kept}" if kept else "")
 
-    def _save(self) -> None:
-        text = '{"version": 1, "topics": {\n' + ",\n".join(self._entries.values()) + "\n}}\n"
-        write_atomically(self._path, text.encode(), fsync=True)
-        fsync_dir(self.data_dir)
+    def _save(self, entries: dict[str, str]) -> None:
+        """Write the registry as ``entries`` say, before any change is made in memory: a write
+        the disk refuses (ENOSPC, EIO) changes nothing and raises KafkaError
+        KAFKA_STORAGE_ERROR, which the admin requests answer, as Kafka maps a
+        KafkaStorageException. The entry of a topic in the file is the one in memory, always."""
+        text = '{"version": 1, "topics": {\n' + ",\n".join(entries.values()) + "\n}}\n"
+        try:
+            write_atomically(self._path, text.encode(), fsync=True)
+        except OSError as e:
+            log.error("cannot write %s: %s", self._path, e)
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write the topic registry: {e}") from None
+        try:
+            fsync_dir(self.data_dir)
+        except OSError as e:  # the file is renamed already: the change stands, a crash may undo it
+            log.error("cannot fsync %s: %s", self.data_dir, e)
 
-    def _put(self, topic: Topic) -> None:
-        """Index a new or changed topic and refresh its text for the next save."""
+    def _save_with(self, topic: Topic) -> str:
+        """Save the registry with ``topic`` new or changed (not yet indexed); its entry."""
+        entry = _entry(topic)
+        self._save({**self._entries, topic.name: entry})
+        return entry
+
+    def _put(self, topic: Topic, entry: str | None = None) -> None:
+        """Index a new or changed topic with its text for the next save."""
         self._by_name[topic.name] = topic
         self._by_id[topic.topic_id] = topic
         self._by_collision_key[_collision_key(topic.name)] = topic.name
-        entry = {"id": uuid_to_str(topic.topic_id), "partitions": topic.partitions, "configs": topic.configs}
-        self._entries[topic.name] = f"{json.dumps(topic.name)}: {json.dumps(entry)}"
+        self._entries[topic.name] = entry if entry is not None else _entry(topic)
 
     # --- queries ------------------------------------------------------------------------------
 
@@ -191,8 +213,7 @@ class TopicRegistry:
         if partitions < 1:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         topic = Topic(name, random_uuid(), partitions, dict(configs or {}))
-        self._put(topic)
-        self._save()
+        self._put(topic, self._save_with(topic))
         cfg = self._log_config(topic.configs)
         for p in range(partitions):
             self.store.create(name, p, topic.topic_id, cfg)
@@ -211,12 +232,13 @@ class TopicRegistry:
             return []
         if any(n not in self._by_name for n in names):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        gone = set(names)
+        self._save({name: entry for name, entry in self._entries.items() if name not in gone})
         topics = [self._by_name.pop(name) for name in names]
         for topic in topics:
             del self._by_id[topic.topic_id]
             del self._by_collision_key[_collision_key(topic.name)]
             del self._entries[topic.name]
-        self._save()
         self.store.delete((t.name, p) for t in topics for p in range(t.partitions))
         for topic in topics:
             log.info("deleted topic %s", topic.name)
@@ -231,9 +253,9 @@ class TopicRegistry:
                 f"Topic currently has {topic.partitions} partitions, which is higher than the requested {total}.",
             )
         old = topic.partitions
+        entry = self._save_with(replace(topic, partitions=total))
         topic.partitions = total
-        self._put(topic)
-        self._save()
+        self._put(topic, entry)
         cfg = self._log_config(topic.configs)
         for p in range(old, total):
             self.store.create(name, p, topic.topic_id, cfg)
@@ -243,9 +265,9 @@ class TopicRegistry:
     def set_configs(self, name: str, configs: dict[str, str]) -> Topic:
         """Replace a topic's overrides and apply them to its logs."""
         topic = self._by_name[name]
+        entry = self._save_with(replace(topic, configs=dict(configs)))
         topic.configs = dict(configs)
-        self._put(topic)
-        self._save()
+        self._put(topic, entry)
         self.store.update_config(name, self._log_config(topic.configs))
         self._changed(name)
         return topic

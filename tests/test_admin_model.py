@@ -181,3 +181,48 @@ def test_raw_properties_follow_dynamic_changes_and_callers_get_their_own_copy(tm
     assert config.raw_properties()["log.retention.ms"] == "2000"
     config.set_dynamic({"log.retention.ms": None})
     assert config.raw_properties()["log.retention.ms"] == "1000"
+
+
+def test_admin_changes_the_disk_refuses_answer_storage_error_and_change_nothing(tmp_path, monkeypatch):
+    """A full disk refusing the registry (``kshare-topics.json``), the dynamic broker configs or
+    the group configs: CreateTopics, CreatePartitions, DeleteTopics and IncrementalAlterConfigs
+    answer KAFKA_STORAGE_ERROR (as Kafka maps a KafkaStorageException) and nothing changes,
+    neither in memory nor on disk. These used to raise the OSError, which closed the
+    connection without an answer, after the change was made in memory but not persisted."""
+    import errno
+    import os
+
+    from protocol.messages.create_partitions_request import CreatePartitionsRequest, CreatePartitionsTopic
+    from protocol.messages.delete_topics_request import DeleteTopicsRequest
+
+    b = _broker(tmp_path)
+    assert _call(b, 19, 7, CreateTopicsRequest(topics=[CreatableTopic(
+        name="t", num_partitions=1, replication_factor=-1)])).topics[0].error_code == 0
+    files = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path) if (tmp_path / n).is_file()}
+    real_open = os.open
+
+    def full(path, flags, *args, **kw):
+        if str(path).startswith(str(tmp_path)) and str(path).endswith(".tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", full)
+    resp = _call(b, 19, 7, CreateTopicsRequest(topics=[CreatableTopic(
+        name="u", num_partitions=1, replication_factor=-1)]))
+    assert resp.topics[0].error_code == 56 and "No space left" in resp.topics[0].error_message
+    resp = _call(b, 37, 3, CreatePartitionsRequest(topics=[CreatePartitionsTopic(name="t", count=3, assignments=None)], timeout_ms=1000))
+    assert resp.results[0].error_code == 56
+    resp = _call(b, 20, 6, DeleteTopicsRequest(topic_names=["t"], timeout_ms=1000))
+    assert [(r.name, r.error_code) for r in resp.responses] == [("t", 56)]
+    resp = _call(b, 44, 1, IncrementalAlterConfigsRequest(resources=[
+        AlterConfigsResource(2, "t", [AlterableConfig("retention.ms", SET, "5")]),
+        AlterConfigsResource(4, "", [AlterableConfig("log.retention.ms", SET, "60000")]),
+        AlterConfigsResource(32, "g", [AlterableConfig("share.record.lock.duration.ms", SET, "20000")]),
+    ]))
+    assert [r.error_code for r in resp.responses] == [56, 56, 56]
+    monkeypatch.undo()
+    t = b.topics.get("t")
+    assert b.topics.get("u") is None and (t.partitions, t.configs) == (1, {})
+    assert b.config["log.retention.ms"] is None and b.store.get("t", 0).config.retention_ms == 604800000
+    assert b.group_coordinator.group_configs("g") == {}
+    assert {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path) if (tmp_path / n).is_file()} == files

@@ -219,6 +219,18 @@ def test_unusable_data_dir_fails_with_a_clear_message(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+def test_a_registry_the_start_cannot_write_fails_with_a_clear_message(tmp_path):
+    """Creating the internal topics writes ``kshare-topics.json``; a disk that refuses it (here:
+    its temporary file is a directory; also a full disk) stops the start with the reason, where
+    it used to say it could not listen, or print a traceback."""
+    (tmp_path / "data" / "kshare-topics.json.tmp").mkdir(parents=True)
+    r = cli("--port", "0", "--data-dir", str(tmp_path / "data"))
+    assert r.returncode == 1
+    assert f"kshare-broker: cannot write to the data directory {tmp_path / 'data'}: Cannot write the topic " \
+           "registry: [Errno 21] Is a directory" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_bad_value_in_config_file_names_it(tmp_path):
     props = tmp_path / "server.properties"
     props.write_text("socket.request.max.bytes=lots\n")

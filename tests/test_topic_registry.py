@@ -191,11 +191,48 @@ def test_deleting_several_topics_saves_once_and_an_unknown_name_changes_nothing(
     assert sorted(listed(d)) == ["a", "b", "c"] and registry.store.get("a", 1) is not None
     saves, changes = [], []
     real = registry._save
-    monkeypatch.setattr(registry, "_save", lambda: saves.append(1) or real())
+    monkeypatch.setattr(registry, "_save", lambda entries: saves.append(1) or real(entries))
     registry.on_change(changes.append)
     assert registry.delete_many([]) == [] and saves == []  # (DeleteTopics of unknown topics only)
     assert [t.name for t in registry.delete_many(["a", "c", "a"])] == ["a", "c"]
     assert len(saves) == 1 and changes == [[("a", None), ("c", None)]]  # one call for the request
     assert list(listed(d)) == ["b"] and registry.get("a") is None and registry.get("c") is None
     assert sorted((lg.topic, lg.partition) for lg in registry.store.partitions()) == [("b", 0), ("b", 1)]
+    close(registry)
+
+
+def test_a_registry_write_the_disk_refuses_changes_nothing(tmp_path, monkeypatch):
+    """A full disk refusing ``kshare-topics.json``: every change (create, grow, alter, delete)
+    raises KafkaError KAFKA_STORAGE_ERROR, which the admin requests answer, and leaves the
+    topics, their logs and the file as they were; it used to raise the OSError after changing
+    the registry in memory (a created topic listed with no logs, a deleted one gone until a
+    restart brought it back) and the client's connection was closed without an answer."""
+    d = tmp_path / "data"
+    registry = open_registry(d)
+    registry.create("a", 1)
+    registry.create("b", 1, {"retention.ms": "1000"})
+    changes = []
+    registry.on_change(changes.append)
+    before = ({t.name: (t.topic_id, t.partitions, dict(t.configs)) for t in registry}, listed(d),
+              sorted((lg.topic, lg.partition) for lg in registry.store.partitions()))
+    real_open = os.open
+
+    def full(path, flags, *args, **kw):
+        if str(path).endswith(REGISTRY_FILE + ".tmp"):
+            raise OSError(28, "No space left on device")
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", full)
+    for change in (lambda: registry.create("c", 1), lambda: registry.add_partitions("a", 3),
+                   lambda: registry.set_configs("b", {"retention.ms": "5"}), lambda: registry.delete_many(["a", "b"])):
+        with pytest.raises(KafkaError, match="No space left") as e:
+            change()
+        assert e.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    monkeypatch.undo()
+    assert ({t.name: (t.topic_id, t.partitions, dict(t.configs)) for t in registry}, listed(d),
+            sorted((lg.topic, lg.partition) for lg in registry.store.partitions())) == before
+    assert changes == [] and registry.check_new_name("c") is None
+    registry.create("c", 1)  # room again
+    registry.delete("a")
+    assert sorted(listed(d)) == ["b", "c"] and registry.store.get("a", 0) is None
     close(registry)

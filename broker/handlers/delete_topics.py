@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.delete_topics_response import DeletableTopicResult, DeleteTopicsResponse
 from protocol.primitives import ZERO_UUID
 
@@ -92,7 +92,11 @@ async def handle(ctx, req) -> DeleteTopicsResponse:
             refusal = coordinator_topic_refusal(name, "delete")
             out.append(_result(name, topic_id, refusal.code, refusal.message))
             continue
-        doomed.append(name)
-        out.append(_result(name, topic_id))
-    broker.topics.delete_many(doomed)  # one registry save and one checkpoint write for them all
+        doomed.append(_result(name, topic_id))
+        out.append(doomed[-1])
+    try:  # one registry save and one checkpoint write for them all
+        broker.topics.delete_many(r.name for r in doomed)
+    except KafkaError as e:  # the registry could not be written (a full disk): none is deleted
+        for r in doomed:
+            r.error_code, r.error_message = e.code, e.message
     return DeleteTopicsResponse(responses=out)

@@ -236,3 +236,33 @@ def test_a_registry_write_the_disk_refuses_changes_nothing(tmp_path, monkeypatch
     registry.delete("a")
     assert sorted(listed(d)) == ["b", "c"] and registry.store.get("a", 0) is None
     close(registry)
+
+
+def test_a_deletion_whose_checkpoints_the_disk_refuses_still_completes(tmp_path, monkeypatch, caplog):
+    """After the registry is saved the topic is gone: a checkpoint write the disk then refuses
+    used to raise out of the store's deletion, before the listeners (share partitions,
+    producer state, groups) were told and with the OSError closing the client's connection.
+    The checkpoints are best effort there (an entry of a removed partition is ignored)."""
+    d = tmp_path / "data"
+    registry = open_registry(d)
+    registry.create("a", 2)
+    registry.create("b", 1)
+    changes = []
+    registry.on_change(changes.append)
+    real_open = os.open
+
+    def full(path, flags, *args, **kw):
+        if str(path).endswith("-checkpoint.tmp"):
+            raise OSError(28, "No space left on device")
+        return real_open(path, flags, *args, **kw)
+
+    monkeypatch.setattr(os, "open", full)
+    assert [t.name for t in registry.delete_many(["a"])] == ["a"]
+    monkeypatch.undo()
+    assert changes == [[("a", None)]] and list(listed(d)) == ["b"]
+    assert sorted(partition_dirs(d)) == ["b-0"] and registry.store.get("a", 0) is None
+    assert "cannot write the checkpoints after removing partitions" in caplog.text
+    close(registry)
+    again = open_registry(d)
+    assert [t.name for t in again] == ["b"] and strays(d) == []
+    close(again)

@@ -379,7 +379,7 @@ class FileLogStore:
                 tomb = os.path.join(self.data_dir, renamed_dir_name(topic, partition, DELETE_DIR_SUFFIX))
                 os.rename(path, tomb)
                 shutil.rmtree(tomb, ignore_errors=True)
-        self._write_checkpoints(fsync=False)
+        self._write_checkpoints_after_removal()
 
     def mark_stray(self, topic: str, partition: int) -> str | None:
         lg = self._logs.pop((topic, partition), None)
@@ -391,7 +391,7 @@ class FileLogStore:
         kept = os.path.join(self.data_dir, renamed_dir_name(topic, partition, STRAY_DIR_SUFFIX))
         os.rename(path, kept)
         fsync_dir(self.data_dir)
-        self._write_checkpoints(fsync=False)
+        self._write_checkpoints_after_removal()
         return kept
 
     def partitions(self) -> Iterable[Log]:
@@ -440,6 +440,17 @@ class FileLogStore:
         path = os.path.join(self.data_dir, RECOVERY_POINT_CHECKPOINT)
         write_offsets_checkpoint(path, offsets, fsync=fsync)
         self._write_start_offsets(fsync=fsync)
+
+    def _write_checkpoints_after_removal(self) -> None:
+        """The checkpoints without partitions just removed. Best effort: the removal is done,
+        and an entry of a partition that has no directory is ignored at the next start, so a
+        write the disk refuses must not fail the deletion half-way (its listeners not told);
+        the periodic checkpoint writes them again. (Kafka's LogManager checkpoints after a
+        deletion too, and takes the directory offline if that fails.)"""
+        try:
+            self._write_checkpoints(fsync=False)
+        except OSError as e:
+            log.error("%s: cannot write the checkpoints after removing partitions: %s", self.data_dir, e)
 
     async def checkpoint(self) -> None:
         """Periodic: record recovery points so an unclean restart validates less.

@@ -449,3 +449,35 @@ async def test_a_roll_the_disk_refuses_fails_the_append_and_the_next_one_rolls(t
     store = make(tmp_path, CountingFsync(), segment_bytes=1024)
     assert [(first, last) for first, last, _ in stored_model(store.get("t", 0))] == [(0, 0), (1, 1)]
     await store.close()
+
+
+async def test_a_close_whose_index_write_the_disk_refuses_closes_every_other_log(tmp_path, monkeypatch, caplog):
+    """Saving one log's indexes at close failing (a full disk) used to raise out of the store's
+    close: the logs after it were left open with their indexes unsaved and the checkpoints
+    unwritten. The close now goes on with the others, logs the failure and does not mark a
+    clean shutdown, so the next start validates the log and rebuilds its indexes."""
+    store = make(tmp_path, CountingFsync())
+    logs = [store.create(name, 0, TOPIC_ID, None) for name in ("a", "b")]
+    for lg in logs:
+        append(lg, make_batch(3, tag=1))
+        append(lg, make_batch(2, tag=2))
+    real_builtin_open = open
+
+    def full(path, mode="r", *args, **kw):
+        if "w" in mode and os.path.basename(os.path.dirname(path)) == "a-0":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_builtin_open(path, mode, *args, **kw)
+
+    monkeypatch.setattr(segment, "open", full, raising=False)
+    await store.close()
+    monkeypatch.undo()
+    assert "a-0: closing failed: [Errno 28] No space left on device" in caplog.text
+    assert all(lg.closed for lg in logs) and all(s.data.closed for lg in logs for s in lg.segments)
+    assert (tmp_path / "b-0" / f"{0:020d}.index").exists()
+    assert not (tmp_path / ".kafka_cleanshutdown").exists()
+    assert "b 0 5" in (tmp_path / "recovery-point-offset-checkpoint").read_text()
+    store = make(tmp_path, CountingFsync())
+    assert [store.get(name, 0).end_offset for name in ("a", "b")] == [5, 5]
+    assert [(first, last) for first, last, _ in stored_model(store.get("a", 0))] == [(0, 2), (3, 4)]
+    await store.close()
+    assert (tmp_path / ".kafka_cleanshutdown").exists()

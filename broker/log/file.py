@@ -480,7 +480,12 @@ class FileLogStore:
             results += await asyncio.gather(*(lg.flush() for lg in chunk), return_exceptions=True)
         clean = True
         for lg, res in zip(logs, results):
-            lg.close()
+            try:
+                lg.close()
+            except OSError as e:  # its indexes (a full disk): the next start rebuilds them
+                log.error("%s-%d: closing failed: %s", lg.topic, lg.partition, e)
+                lg.release()
+                clean = False
             if isinstance(res, BaseException):
                 log.error("%s-%d: final flush failed: %r", lg.topic, lg.partition, res)
                 clean = False

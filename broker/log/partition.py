@@ -567,6 +567,12 @@ class Log:
                 seg.save_indexes()
             seg.data.close()
 
+    def release(self) -> None:
+        """Close the files without saving anything (after ``close`` failed to)."""
+        self._closed = True
+        for seg in self._segments:
+            seg.data.close()
+
     @property
     def closed(self) -> bool:
         return self._closed

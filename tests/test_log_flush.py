@@ -481,3 +481,37 @@ async def test_a_close_whose_index_write_the_disk_refuses_closes_every_other_log
     assert [(first, last) for first, last, _ in stored_model(store.get("a", 0))] == [(0, 2), (3, 4)]
     await store.close()
     assert (tmp_path / ".kafka_cleanshutdown").exists()
+
+
+async def test_a_partial_write_that_cannot_be_cut_off_takes_the_log_offline(tmp_path, monkeypatch, caplog):
+    """A write that fails part-way is cut off again; when the cut fails too (EIO), the file
+    holds bytes the log does not account for, and a later append of the same length could
+    leave them as batches a restart would keep. The log goes offline instead (it used to go on
+    taking appends), and a restart recovers the acknowledged batches and drops the torn ones."""
+    store = make(tmp_path, CountingFsync())
+    log = store.create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(2, tag=1))
+    before = stored_model(log)
+    real_pwrite = segment.os.pwrite
+
+    def half(fd, data, position):
+        real_pwrite(fd, bytes(data)[: len(data) // 2], position)
+        raise OSError(errno.EIO, "Input/output error")
+
+    def no_truncate(fd, size):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(segment.os, "pwrite", half)
+    monkeypatch.setattr(segment.os, "ftruncate", no_truncate)
+    with pytest.raises(KafkaStorageError, match="Input/output error"):
+        append(log, make_batch(3, tag=2))
+    monkeypatch.undo()
+    assert log.offline and "t-0 is offline until a restart: could not undo a partial write" in caplog.text
+    with pytest.raises(KafkaStorageError):
+        append(log, make_batch(3, tag=2))
+    assert log.read(0, 1 << 20).size == len(before[0][2])  # what was acknowledged still reads
+    await store.close()
+    assert not (tmp_path / ".kafka_cleanshutdown").exists()
+    store = make(tmp_path, CountingFsync())
+    assert stored_model(store.get("t", 0)) == before
+    await store.close()

@@ -260,10 +260,17 @@ class Log:
             self._write_failure_reported = True
 
     def _undo_partial_write(self, seg: Segment) -> None:
+        """Cut the bytes of a failed write off again. If even that fails (EIO), the file holds
+        bytes the log does not account for, which a later append of the same length could turn
+        into batches a restart keeps: the log goes offline instead, as Kafka takes the log
+        directory offline on any IOException (LogDirFailureChannel); a restart recovers it."""
         try:
             seg.data.truncate(seg.size)
-        except OSError:
-            log.exception("could not undo a partial write to %s-%d", self.topic, self.partition)
+        except OSError as e:
+            if self._committer.failure is None:
+                self._committer.failure = e
+            log.error("%s-%d is offline until a restart: could not undo a partial write: %s",
+                      self.topic, self.partition, e)
 
     def _segment_for(self, size: int, max_ts: int, last_offset: int) -> Segment:
         """The active segment, rolled first if this append must not go into it (Kafka's rules)."""

@@ -259,3 +259,40 @@ def test_producer_id_blocks_are_claimed_before_use(tmp_path):
     (tmp_path / PRODUCER_IDS_FILE).write_text("{not json")
     with pytest.raises(RuntimeError):
         ProducerIdAllocator(str(tmp_path))
+
+
+async def test_init_producer_id_on_a_disk_that_refuses_the_next_block_is_retriable(tmp_path, monkeypatch):
+    """When the next block of producer ids cannot be recorded (a full disk), InitProducerId
+    answers COORDINATOR_LOAD_IN_PROGRESS, which producers retry, as Kafka's
+    RPCProducerIdManager does while it has no block; it used to raise and close the
+    connection. No id is handed out, and the next request after the disk has room gets the
+    block that could not be claimed."""
+    import errno
+    import os
+
+    from broker.broker import Broker
+    from broker.config import BrokerConfig
+    from broker.context import RequestContext
+    from broker.handlers import init_producer_id
+    from broker.producer_ids import PRODUCER_IDS_FILE
+    from protocol.messages.init_producer_id_request import InitProducerIdRequest
+
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data")}))
+    real_open = os.open
+
+    def full(path, flags, *args, **kw):
+        if str(path).endswith(PRODUCER_IDS_FILE + ".tmp"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, flags, *args, **kw)
+
+    async def init():
+        ctx = RequestContext(b, None, 22, 4, 1, "tests")
+        r = await init_producer_id.handle(ctx, InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000,
+                                                                     producer_id=-1, producer_epoch=-1))
+        return r.error_code, r.producer_id
+
+    monkeypatch.setattr(os, "open", full)
+    assert await init() == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, -1)
+    monkeypatch.undo()
+    assert await init() == (ErrorCode.NONE, 0)
+    await b.store.close()

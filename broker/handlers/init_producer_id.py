@@ -40,5 +40,13 @@ async def handle(ctx, req) -> InitProducerIdResponse:
         )
     if (req.producer_id == -1) != (req.producer_epoch == -1):
         return InitProducerIdResponse(error_code=ErrorCode.INVALID_REQUEST, producer_id=-1, producer_epoch=-1)
-    pid = ctx.broker.producer_ids.next_id()
+    try:
+        pid = ctx.broker.producer_ids.next_id()
+    except OSError as e:
+        # The next block of ids could not be recorded (a full disk): none is handed out. Kafka's
+        # RPCProducerIdManager answers COORDINATOR_LOAD_IN_PROGRESS while it has no block, an
+        # error every producer retries.
+        log.error("cannot claim a block of producer ids: %s", e)
+        return InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, producer_id=-1,
+                                      producer_epoch=-1)
     return InitProducerIdResponse(error_code=ErrorCode.NONE, producer_id=pid, producer_epoch=0)

@@ -127,7 +127,8 @@ def test_released_records_of_big_batches_are_redelivered_intact(broker, consumer
     create_topic(broker.bootstrap, topic_name)
     group = earliest_group(broker.bootstrap)
     n = 2000
-    sent = {o: (b"k%d" % o, b"%05d" % o + b"." * 100, [("h", b"%d" % o)], 1_700_000_000_000 + o)
+    t0 = int(time.time() * 1000) - 3_600_000  # within retention: older segments may go at any pass
+    sent = {o: (b"k%d" % o, b"%05d" % o + b"." * 100, [("h", b"%d" % o)], t0 + o)
             for o in range(n)}
     produce(broker.bootstrap, topic_name, sent.values(), one_per_batch=False)
     c = consumers.new(group, topic_name, explicit=True)

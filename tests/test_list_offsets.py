@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from broker.broker import Broker
@@ -15,7 +17,9 @@ from tests.raw_client import RawClient
 from tests.test_produce_support import LIST_OFFSETS, batch, create_topic, list_offset, produce
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
-T0 = 1_700_000_000_000
+# An hour old: within the shared broker's retention (7 days), which deletes older segments
+# whole, the active one too, at any retention pass.
+T0 = int(time.time() * 1000) - 3_600_000
 
 
 def answer(p):

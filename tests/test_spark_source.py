@@ -48,7 +48,7 @@ def loaded(broker):
     """A 3-partition topic: per partition, one batch per codec of 4 records each (keys, headers,
     timestamps), so 20 records per partition. Returns (topic, expected rows by (partition, offset))."""
     topic = unique("src")
-    t0 = 1_700_000_000_000
+    t0 = int(time.time() * 1000) - 3_600_000  # within retention: older segments may go at any pass
     expected = {}
     with RawClient(broker.bootstrap) as c:
         create_topic(c, topic, 3)

@@ -9,9 +9,25 @@ counts one up, new offsets contiguous from the next new offset, record-limit exa
 that something is acquired whenever something could be. Everything else is compared exactly
 after every step: per-offset state, SPSO, SPEO, delivery_complete_count (also against a
 recount), acquired count, next fetch offset, next lock deadline and the persisted batches.
+
+The ``crash_and_reload`` rule checks the durable side: what a broker restart (or kill -9)
+would load. Every write is sent to the share coordinator when its transition is sealed, as
+the manager does, and the coordinator applies the successful ones in that order; at a crash
+each write still in flight may or may not have been applied (a failed one never was). The
+rule folds those writes through a real ShareCoordinatorShard (WriteShareGroupState, replay:
+the combiner), reads the state back (ReadShareGroupState) and loads it into a fresh
+SharePartition as the manager does. The loaded partition must equal the per-offset
+expectation (last applied write per offset; holes AVAILABLE with count 0) and keep Kafka's
+promises against the in-memory model: terminal records whose write was applied stay
+terminal, AVAILABLE ones stay AVAILABLE, ACQUIRED ones come back AVAILABLE with their last
+persisted delivery count (0 if never persisted), the loaded SPSO passes only records that
+were finished in memory, and the delivery-complete count matches the loaded records.
 """
 
 from __future__ import annotations
+
+import os
+import uuid
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -29,10 +45,18 @@ from broker.share.state import (
     INVALID_REQUEST,
     RENEW,
 )
-from coordinator.share.combiner import StateBatch, _normal
+from coordinator.share.combiner import NormalBatches, StateBatch, _normal
+from coordinator.share.shard import ShareCoordinatorShard
+from protocol.messages import initialize_share_group_state_request as ireq
+from protocol.messages import read_share_group_state_request as rreq
+from protocol.messages import write_share_group_state_request as wreq
 
 LOCK_MS = 1_000
 MEMBERS = ("m1", "m2", "m3")
+GROUP, TOPIC = "g", uuid.UUID(int=0x5117)
+STATE_EPOCH = 1
+LEADER_EPOCH = 0  # broker.share.manager.LEADER_EPOCH
+APPLIED, FAILED, IN_FLIGHT = "applied", "failed", "in flight"
 
 
 class Rec:
@@ -53,6 +77,25 @@ def terminal(state):
     return state in (ACKNOWLEDGED, ARCHIVED)
 
 
+class Write:
+    """One WriteShareGroupState the shell sent, in send order, and what became of it."""
+
+    __slots__ = ("t", "status", "start_offset", "delivery_complete_count")
+
+    def __init__(self, t, status):
+        self.t = t
+        self.status = status
+        # The request's fields, as the manager fills them in when it sends the write.
+        self.start_offset = t.start_offset
+        self.delivery_complete_count = t.delivery_complete_count
+
+
+def outranks(a, b):
+    """Whether (state, count) ``a`` wins over ``b`` where two writes cover one offset: the
+    later delivery, then the later state (what the share coordinator's combiner keeps)."""
+    return b is None or (a[1], a[0]) > (b[1], b[0])
+
+
 def expand(state_batches):
     """{offset: (state, count)} of a transition's batches, which must be in the combiner's
     normal form: the in-process persister hands them over as NormalBatches."""
@@ -71,8 +114,10 @@ class SharePartitionMachine(RuleBasedStateMachine):
         max_in_flight=st.sampled_from([12, 40, 2000]),
         start=st.integers(0, 5),
         initial_log=st.lists(st.integers(1, 8), min_size=1, max_size=8),
+        per_snapshot=st.sampled_from([0, 1, 3, 500]),
+        wire=st.booleans(),
     )
-    def setup(self, max_delivery, max_in_flight, start, initial_log):
+    def setup(self, max_delivery, max_in_flight, start, initial_log, per_snapshot, wire):
         self.now = 0
         self.max_delivery = max_delivery
         self.max_in_flight = max_in_flight
@@ -86,6 +131,17 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.log_end = start
         self.lso = start
         self.pending: list[tuple] = []  # (transition, undo list)
+        # The durable side: every write in send order, and per offset the (state, count) the
+        # applied writes covering it leave (the newest delivery's latest state, whatever the
+        # order they were applied in).
+        self.initial_start = start
+        self.writes: list[Write] = []
+        self.unsent: list = []  # expiry transitions whose write task has not run yet
+        self.folds: dict[tuple, tuple] = {}  # coordinator_state by the applied writes' ids
+        self.by_tid: dict[int, Write] = {}
+        self.written: dict[int, tuple[int, int]] = {}
+        self.per_snapshot = per_snapshot  # share.coordinator.snapshot.update.records.per.snapshot
+        self.wire = wire  # batches as decoded request objects, else as the in-process persister passes them
         self.append(initial_log)
 
     # ---------------------------------------------------------------- model helpers
@@ -134,6 +190,23 @@ class SharePartitionMachine(RuleBasedStateMachine):
                 break
         self.spso = new
         self.m_settle()
+
+    def sent(self, t, status=IN_FLIGHT):
+        w = Write(t, status)
+        self.writes.append(w)
+        self.by_tid[t.id] = w
+        if status == APPLIED:
+            self.apply(w)
+
+    def apply(self, w):
+        w.status = APPLIED
+        self.paint(self.written, w)
+
+    @staticmethod
+    def paint(durable, w):
+        for o, sc in expand(w.t.state_batches).items():
+            if outranks(sc, durable.get(o)):
+                durable[o] = sc
 
     def read(self, offset, n):
         return [b for b in self.log if b[1] >= offset][:n]
@@ -301,8 +374,10 @@ class SharePartitionMachine(RuleBasedStateMachine):
         assert expand(t.state_batches) == changes
         assert (t.start_offset, t.delivery_complete_count) == (self.spso, self.m_dcc())
         assert t.pending == bool(undo)
+        assert t.needs_write == bool(undo)
         if undo:
             self.pending.append((t, undo))
+            self.sent(t)
 
     def m_acknowledge(self, member, batches, tid):
         if validate_ack_batches(batches, 2, True) is not None:
@@ -357,8 +432,10 @@ class SharePartitionMachine(RuleBasedStateMachine):
         assert expand(t.state_batches) == changes
         assert (t.start_offset, t.delivery_complete_count) == (self.spso, self.m_dcc())
         assert t.pending == bool(undo)
+        assert t.needs_write == bool(undo)
         if undo:
             self.pending.append((t, undo))
+            self.sent(t)
 
     @rule(member=st.sampled_from(MEMBERS))
     def release_and_commit(self, member):
@@ -368,6 +445,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
         if len(self.pending) > before:
             t, undo = self.pending.pop()
             self.sp.commit(t)
+            self.apply(self.by_tid[t.id])
             for o, _, _, _ in undo:
                 r = self.recs[o]
                 if r.pending == t.id:
@@ -384,12 +462,14 @@ class SharePartitionMachine(RuleBasedStateMachine):
         event(f"finish commit={commit} expired={any(self.recs[o].deadline is None and self.recs[o].pending == t.id for o, *_ in undo)}")
         if commit:
             self.sp.commit(t)
+            self.apply(self.by_tid[t.id])
             for o, _, _, _ in undo:
                 r = self.recs[o]
                 if r.pending == t.id:
                     r.pending, r.deadline = 0, None
         else:
             self.sp.rollback(t)
+            self.by_tid[t.id].status = FAILED  # the coordinator did not apply it
             for o, old_state, old_count, old_member in undo:
                 r = self.recs[o]
                 if r.pending != t.id:
@@ -405,8 +485,9 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.sp.commit(t)
         self.sp.rollback(t)
 
-    @rule(step=st.sampled_from([0, 1, 250, 999, 1000, 1001, 1500]))
-    def tick(self, step):
+    @rule(step=st.sampled_from([0, 1, 250, 999, 1000, 1001, 1500]), lost=st.sampled_from([False] * 3 + [True]),
+          later=st.just(False))  # expiry writes are sent before anything else for now
+    def tick(self, step, lost=False, later=False):
         self.now += step
         t = self.sp.expire_locks(self.now)
         changes = {}
@@ -428,6 +509,18 @@ class SharePartitionMachine(RuleBasedStateMachine):
         assert not t.pending
         assert expand(t.state_batches) == changes
         assert (t.start_offset, t.delivery_complete_count) == written
+        # Expiry is final; its write is best effort (the manager only logs a failure), and
+        # sent from a task of its own: writes sealed meanwhile may reach the coordinator first.
+        if later and not lost:
+            self.unsent.append(t)
+        else:
+            self.sent(t, FAILED if lost else APPLIED)
+
+    @precondition(lambda self: self.unsent)
+    @rule()
+    def send_expiry(self):
+        """The oldest expiry write task runs (tasks run in the order they were created)."""
+        self.sent(self.unsent.pop(0), APPLIED)
 
     @precondition(lambda self: self.lso < self.log_end)
     @rule(data=st.data())
@@ -442,6 +535,151 @@ class SharePartitionMachine(RuleBasedStateMachine):
                 if o < lso and r.state == AVAILABLE and not r.pending:
                     r.state = ARCHIVED
             self.m_advance()
+
+    # ------------------------------------------------------------- crash and reload
+
+    def coordinator_state(self, applied):
+        """Initialise a real share coordinator shard, apply the ``applied`` writes in send
+        order (WriteShareGroupState, then replay of its records, as the coordinator runtime
+        does) and answer ReadShareGroupState: (start offset, state epoch, batches)."""
+        key = tuple(w.t.id for w in applied)
+        if key not in self.folds:
+            self.folds[key] = self.fold(applied)
+        return self.folds[key]
+
+    def fold(self, applied):
+        shard = ShareCoordinatorShard(self.per_snapshot, clock_ms=lambda: 0)
+
+        def run(records):
+            for offset, r in enumerate(records, start=len(run.log)):
+                shard.replay(offset, r.key, r.value)
+            run.log.extend(records)
+        run.log = []
+
+        records, rsp = shard.initialize_state(ireq.InitializeShareGroupStateRequest(GROUP, [
+            ireq.InitializeStateData(TOPIC, [ireq.PartitionData(0, STATE_EPOCH, self.initial_start)])]))
+        assert rsp.results[0].partitions[0].error_code == 0
+        run(records)
+        for w in applied:
+            t = w.t
+            if self.wire:
+                batches = [wreq.StateBatch(*b) for b in t.state_batches]
+            else:  # persister.in_process: the shard's own tuples, marked normal
+                batches = NormalBatches(StateBatch(*b) for b in t.state_batches)
+            records, rsp = shard.write_state(wreq.WriteShareGroupStateRequest(GROUP, [wreq.WriteStateData(TOPIC, [
+                wreq.PartitionData(0, t.state_epoch, LEADER_EPOCH, w.start_offset, w.delivery_complete_count,
+                                   batches)])]), 1)
+            row = rsp.results[0].partitions[0]
+            assert row.error_code == 0, (row.error_code, row.error_message)
+            run(records)
+        records, rsp = shard.read_state(rreq.ReadShareGroupStateRequest(GROUP, [
+            rreq.ReadStateData(TOPIC, [rreq.PartitionData(0, LEADER_EPOCH)])]))
+        run(records)
+        row = rsp.results[0].partitions[0]
+        assert row.error_code == 0, (row.error_code, row.error_message)
+        return row.start_offset, row.state_epoch, [
+            (b.first_offset, b.last_offset, b.delivery_state, b.delivery_count) for b in row.state_batches]
+
+    @rule(data=st.data())
+    def crash_and_reload(self, data):
+        """The broker dies now, with some of the writes in flight applied."""
+        in_flight = [w for w in self.writes if w.status == IN_FLIGHT]
+        self.check_reload({id(w) for w in in_flight if data.draw(st.booleans(), label=f"write #{w.t.id} applied")})
+
+    @invariant()
+    def reloads(self):
+        """The broker dies now, with none or all of the writes in flight applied."""
+        if not hasattr(self, "writes"):
+            return
+        self.check_reload(set())
+        in_flight = {id(w) for w in self.writes if w.status == IN_FLIGHT}
+        if in_flight:
+            self.check_reload(in_flight)
+
+    def check_reload(self, landed):
+        """Load what the coordinator holds, the writes in flight whose ids are in ``landed``
+        applied, into a fresh SharePartition (as SharePartitionManager._load does) and check
+        it. The machine itself goes on."""
+        in_flight = [w for w in self.writes if w.status == IN_FLIGHT]
+        applied = [w for w in self.writes if w.status == APPLIED or id(w) in landed]
+        event(f"crash: {len(applied)} writes, {len(landed)}/{len(in_flight)} in flight applied")
+
+        # What must be durable: per offset the last applied write, and its start offset.
+        durable = dict(self.written)
+        for w in applied:
+            if id(w) in landed:
+                self.paint(durable, w)
+        persisted_start = applied[-1].start_offset if applied else self.initial_start
+
+        start, epoch, batches = self.coordinator_state(applied)
+        assert (start, epoch) == (persisted_start, STATE_EPOCH)
+        sp = SharePartition(clock=lambda: self.now, lock_duration_ms=LOCK_MS,
+                            max_delivery_count=self.max_delivery, max_in_flight_records=self.max_in_flight)
+        sp.initialize(start, epoch, batches)
+        if self.lso > sp.start_offset:
+            sp.on_log_start_offset(self.lso)
+
+        # The exact expectation: batches from the persisted start on, holes AVAILABLE with
+        # count 0; the SPSO moves past leading terminal records, then up to the log start.
+        last = max((o for o in durable if o >= persisted_start), default=None)
+        expect = {} if last is None else {
+            o: durable.get(o, (AVAILABLE, 0)) for o in range(persisted_start, last + 1)}
+        spso = persisted_start
+
+        def advance(spso):
+            while spso in expect and terminal(expect[spso][0]):
+                spso += 1
+            return spso
+        spso = advance(spso)
+        if self.lso > spso:
+            spso = advance(self.lso)
+        expect = {o: sc for o, sc in expect.items() if o >= spso}
+        got = {}
+        for o, state, count, member, deadline, pending in sp.iter_records():
+            assert (member, deadline, pending) == (None, None, 0), (o, member, deadline, pending)
+            if o >= sp.start_offset:
+                got[o] = (state, count)
+            else:
+                assert terminal(state), f"offset {o} below the loaded SPSO is still deliverable"
+        assert sp.start_offset == spso, (sp.start_offset, spso, batches)
+        assert got == expect, (batches, got, expect)
+        assert sp.end_offset == (spso if last is None else max(last, spso))
+        dcc = sum(1 for state, _ in got.values() if terminal(state))
+        assert sp.delivery_complete_count == dcc == sp._recount()
+        assert sp.acquired_count == 0 and sp.pending_transitions == 0 and sp.next_deadline() is None
+        avail = [o for o, (state, _) in got.items() if state == AVAILABLE]
+        assert sp.next_fetch_offset() == (min(avail) if avail else max(spso, (last or -1) + 1))
+
+        # Kafka's promises, against the in-memory model.
+        def finished(o):
+            r = self.recs.get(o)
+            if r is None or not terminal(r.state):
+                return False
+            return not r.pending or id(self.by_tid[r.pending]) in landed
+
+        assert sp.start_offset >= persisted_start
+        for o in range(self.spso, sp.start_offset):
+            assert finished(o), f"the loaded SPSO {sp.start_offset} skips unfinished offset {o}"
+        if not landed:
+            assert sp.start_offset <= self.spso
+        for o, r in self.recs.items():
+            if o < sp.start_offset:
+                continue
+            state, count = got.get(o, (AVAILABLE, 0))  # not cached: a new record
+            written = durable.get(o)
+            assert state != ACQUIRED
+            if r.pending:
+                continue  # either outcome, checked exactly above
+            if terminal(r.state):
+                if written == (r.state, r.count):
+                    assert (state, count) == written, f"terminal offset {o} {written} came back {state, count}"
+            elif r.state == AVAILABLE:
+                assert state == AVAILABLE and count <= r.count, (o, r.key(), state, count)
+                if written == (AVAILABLE, r.count):
+                    assert count == r.count
+            else:  # ACQUIRED: acquisitions are not persisted
+                assert state == AVAILABLE and count < r.count, (o, r.key(), state, count)
+                assert count == (written[1] if written else 0), (o, r.key(), written, count)
 
     # --------------------------------------------------------------------- invariants
 
@@ -470,7 +708,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
 
 
 SharePartitionMachine.TestCase.settings = settings(
-    max_examples=150,
+    max_examples=int(os.environ.get("SHARE_MODEL_EXAMPLES", 150)),  # more for a long soak
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],

@@ -340,3 +340,51 @@ async def test_a_write_refused_for_another_reason_answers_unknown_server_error(t
         assert (await manager.persister.delete_state("g", [tp]))[tp][0] == ErrorCode.NONE
         result = await manager.acknowledge("g", "m1", {tp: [(0, 0, [1])]})
         assert result[tp][0] == ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+async def test_a_lock_expiry_written_after_a_later_acknowledgement_does_not_move_the_stored_start_back(tmp_path):
+    """A lock expiry's write is sent from a task of its own, so an acknowledgement handled
+    before that task runs reaches the share coordinator first. The expiry archived offset 0
+    (at the delivery limit) and the SPSO moved past the accepted 1-2 to 3; the acknowledgement
+    of 3 was written with SPSO 3, which drops 1-2 from the stored state. The expiry's write
+    then carried the SPSO from before the expiry, 0: the stored start went back to 0 with
+    nothing stored for 1-2, and after a restart they were delivered again as new records."""
+    async with running_broker(tmp_path, {"group.share.delivery.count.limit": "2"}) as b:
+        manager = b.share_manager
+        now = [asyncio.get_running_loop().time() * 1000 + 10**9]  # far ahead: real timers never fire
+        manager._now = lambda: now[0]
+        topic_id = b.topics.create("t", 1).topic_id
+        tp = (topic_id, 0)
+        await manager.partition("g", topic_id, 0, "t")  # starts at the log end, 0
+        for value in (b"a", b"b", b"c", b"d"):
+            await produce(b, "t", [value])  # offsets 0-3, a batch each
+        leader = manager._leaders[("g", topic_id, 0)]
+
+        async def fetch(member, n):
+            result = await manager.fetch("g", member, [(topic_id, 0, "t")], params(0, max_records=n, batch_size=n))
+            return result[tp].acquired
+
+        async def expire():
+            manager._expire(leader)
+            await asyncio.gather(*list(manager._writes))
+
+        assert await fetch("m1", 1) == [(0, 0, 1)]
+        now[0] += leader.sp.lock_duration_ms + 1
+        await expire()
+        assert await fetch("m1", 1) == [(0, 0, 2)]
+        lock_end = now[0] + leader.sp.lock_duration_ms
+        now[0] += 1_000
+        assert await fetch("m2", 3) == [(1, 3, 1)]
+        assert await manager.acknowledge("g", "m2", {tp: [(1, 2, [1])]}) == {tp: (0, None)}
+
+        now[0] = lock_end + 1  # only offset 0's lock: it is archived and the SPSO moves to 3
+        manager._expire(leader)
+        assert leader.sp.start_offset == 3 and manager._writes
+        # Handled before the expiry's write task runs: written at once.
+        assert await manager.acknowledge("g", "m2", {tp: [(3, 3, [1])]}) == {tp: (0, None)}
+        await asyncio.gather(*list(manager._writes))
+        assert leader.sp.start_offset == 4
+
+        manager.forget_share_state("g")  # what a restart loads
+        sp = await manager.partition("g", topic_id, 0, "t")
+        assert (sp.start_offset, sp.next_fetch_offset()) == (4, 4)

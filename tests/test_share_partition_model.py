@@ -192,6 +192,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.m_settle()
 
     def sent(self, t, status=IN_FLIGHT):
+        self.sp.stamp(t)  # as the manager does when it sends the write
         w = Write(t, status)
         self.writes.append(w)
         self.by_tid[t.id] = w
@@ -486,7 +487,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.sp.rollback(t)
 
     @rule(step=st.sampled_from([0, 1, 250, 999, 1000, 1001, 1500]), lost=st.sampled_from([False] * 3 + [True]),
-          later=st.just(False))  # expiry writes are sent before anything else for now
+          later=st.booleans())
     def tick(self, step, lost=False, later=False):
         self.now += step
         t = self.sp.expire_locks(self.now)

@@ -467,6 +467,7 @@ class SharePartitionManager:
         """Write a pending transition, then commit it, or roll it back if the write failed."""
         group_id, topic_id, p = leader.key
         sp = leader.sp
+        sp.stamp(t)  # (a write in a task of its own may be sent after a later one)
         try:
             code, msg = await self.persister.write_state(
                 group_id, topic_id, p, state_epoch=t.state_epoch, leader_epoch=LEADER_EPOCH,
@@ -518,8 +519,10 @@ class SharePartitionManager:
             self._track(asyncio.get_running_loop().create_task(self._write_final(leader, t)))
 
     async def _write_final(self, leader: _Leader, t: Transition) -> None:
-        """Expiry is already applied; its write is best effort, as in Kafka."""
+        """Expiry is already applied; its write is best effort, as in Kafka. Writes sent since
+        the expiry moved the SPSO carry the new one: so must this one (``stamp``)."""
         group_id, topic_id, p = leader.key
+        leader.sp.stamp(t)
         code, msg = await self.persister.write_state(
             group_id, topic_id, p, state_epoch=t.state_epoch, leader_epoch=LEADER_EPOCH,
             start_offset=t.start_offset, delivery_complete_count=t.delivery_complete_count, batches=t.state_batches,

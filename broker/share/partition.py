@@ -362,6 +362,20 @@ class SharePartition:
             self._open[t.id] = t
         return t
 
+    def stamp(self, t: Transition) -> Transition:
+        """Set ``t``'s start offset and delivery-complete count to the current ones; the shell
+        calls it just before sending the write.
+
+        A write is not always sent when it is sealed (lock expiry's goes from a task of its
+        own), so one sealed later may reach the share coordinator first. The coordinator takes
+        the start offset as written: an older one would move its start back over records the
+        other write had already pruned, and a restart would deliver them again. The SPSO only
+        grows, so writes stamped when sent carry non-decreasing start offsets. (Kafka sends
+        the write while it holds the partition lock, before the SPSO moves.)"""
+        t.start_offset = self._spso
+        t.delivery_complete_count = self._dcc
+        return t
+
     # -------------------------------------------------------- initialization
 
     def initialize(

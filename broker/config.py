@@ -121,7 +121,15 @@ def _num(x: float) -> str:
 
 
 _VALID_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")  # Kafka's Utils.validHostPattern
-_JAVA_INT = re.compile(r"[+-]?[0-9]+")
+
+
+def java_split(text: str, pattern: str) -> list[str]:
+    """Java's ``String.split(regex)`` as Kafka's parsers use it: trailing empty strings are
+    dropped (so "" gives no parts here)."""
+    parts = re.split(pattern, text)
+    while parts and not parts[-1]:
+        parts.pop()
+    return parts
 
 
 def parse_ip_overrides(raw: str) -> dict[str, int]:
@@ -130,15 +138,12 @@ def parse_ip_overrides(raw: str) -> dict[str, int]:
     theirs), a later duplicate winning."""
     name = "max.connections.per.ip.overrides"
     out: dict[str, int] = {}
-    entries = re.split(r"\s*,\s*", raw) if raw else []
-    while entries and not entries[-1]:
-        entries.pop()  # Java's split drops trailing empty strings
-    for entry in entries:
+    for entry in java_split(raw, r"\s*,\s*"):
         host, colon, count = entry.rpartition(":")
         count = count.strip()
         if not colon:
             raise ConfigError(f"Error parsing configuration property '{name}': {entry!r} is not host:count")
-        if not _JAVA_INT.fullmatch(count) or not -(1 << 31) <= int(count) < 1 << 31:
+        if not _INTEGER.fullmatch(count) or not -(1 << 31) <= int(count) < 1 << 31:
             raise ConfigError(f"Error parsing configuration property '{name}': For input string: \"{count}\"")
         out[host.strip()] = int(count)
     invalid = [h for h in out if not _VALID_HOST.fullmatch(h)]
@@ -466,17 +471,12 @@ class BrokerConfig:
         if path is None:
             return
         import json
-        import logging
 
-        from .log.checkpoint import fsync_dir, write_atomically
+        from .log.checkpoint import write_durably
 
         path.parent.mkdir(parents=True, exist_ok=True)
         body = {"version": 1, "broker": self.dynamic, "cluster_default": self.dynamic_default}
-        write_atomically(str(path), json.dumps(body, indent=1, sort_keys=True).encode(), fsync=True)
-        try:
-            fsync_dir(str(path.parent))
-        except OSError as e:  # the file is renamed already: the change stands, a crash may undo it
-            logging.getLogger("kshare.config").error("cannot fsync %s: %s", path.parent, e)
+        write_durably(str(path), json.dumps(body, indent=1, sort_keys=True).encode())
 
     def on_change(self, listener: Callable[[set[str]], None]) -> None:
         self._listeners.append(listener)

@@ -25,7 +25,7 @@ from protocol.uuids import random_uuid, uuid_from_str, uuid_to_str
 
 from .config import ConfigError
 from .log import LogConfig, LogStore
-from .log.checkpoint import fsync_dir, write_atomically
+from .log.checkpoint import write_durably
 
 log = logging.getLogger("kshare.topics")
 
@@ -147,14 +147,10 @@ class TopicRegistry:
         KafkaStorageException. The entry of a topic in the file is the one in memory, always."""
         text = '{"version": 1, "topics": {\n' + ",\n".join(entries.values()) + "\n}}\n"
         try:
-            write_atomically(self._path, text.encode(), fsync=True)
+            write_durably(self._path, text.encode())
         except OSError as e:
             log.error("cannot write %s: %s", self._path, e)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write the topic registry: {e}") from None
-        try:
-            fsync_dir(self.data_dir)
-        except OSError as e:  # the file is renamed already: the change stands, a crash may undo it
-            log.error("cannot fsync %s: %s", self.data_dir, e)
 
     def _save_with(self, topic: Topic) -> str:
         """Save the registry with ``topic`` new or changed (not yet indexed); its entry."""

@@ -13,6 +13,7 @@ crash leaves either the old or the new content.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import uuid
 from typing import Mapping
@@ -60,6 +61,17 @@ def fsync_dir(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_durably(path: str, content: bytes) -> None:
+    """``write_atomically`` with fsync, then fsync the directory. A failed write raises OSError
+    and changes nothing; a failed directory fsync is only logged: the file is renamed already,
+    so the change stands (a crash may undo it)."""
+    write_atomically(path, content, fsync=True)
+    try:
+        fsync_dir(os.path.dirname(path) or ".")
+    except OSError as e:
+        logging.getLogger("kshare.checkpoint").error("cannot fsync the directory of %s: %s", path, e)
 
 
 def format_offsets_checkpoint(offsets: Mapping[tuple[str, int], int]) -> bytes:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
+from ..config import java_split
+
 _DATETIME = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{1,3})"
     r"(?:(Z)|([+-])(\d{2})(?::?(\d{2}))?)?"
@@ -28,9 +30,7 @@ class SpecError(ValueError):
 
 def parse_datetime(text: str) -> int:
     """Milliseconds since the epoch for a ``--to-datetime`` argument."""
-    parts = text.split("T")
-    while parts and parts[-1] == "":  # Java's split drops trailing empty strings
-        parts.pop()
+    parts = java_split(text, "T")
     if len(parts) < 2:
         raise SpecError("Error parsing timestamp. It does not contain a 'T' according to ISO8601 format")
     # Kafka appends "Z" to a text without a zone before parsing; the error quotes that text

@@ -30,6 +30,7 @@ from typing import TextIO
 
 from protocol.errors import ErrorCode, KafkaError
 
+from ..config import java_split
 from .reset_specs import SpecError, parse_datetime, parse_duration
 from .share_admin import EARLIEST, LATEST, AdminError, ShareAdmin
 
@@ -437,11 +438,11 @@ class ShareGroupCommand:
             if ":" not in arg:
                 named.append(arg)
                 continue
-            parts = _java_split(arg, ":")
+            parts = java_split(arg, ":")
             if len(parts) != 2:
                 raise UsageError(f"Invalid topic arg '{arg}', expected topic name and partitions")
             topic, text = parts
-            for piece in _java_split(text, ","):
+            for piece in java_split(text, ","):
                 try:
                     explicit.append((topic, int(piece)))
                 except ValueError:
@@ -494,14 +495,6 @@ class ShareGroupCommand:
             for (topic, p), offset in sorted(offsets.items()):
                 self._row(f"{group_id:<{gw}} {topic:<{tw}} {p:<10} {offset}")
         self.p()
-
-
-def _java_split(text: str, sep: str) -> list[str]:
-    """Java's ``String.split``: trailing empty strings are dropped."""
-    parts = text.split(sep)
-    while parts and parts[-1] == "":
-        parts.pop()
-    return parts
 
 
 def _show(value) -> str:

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from broker.config import ConfigError
-from broker.log.checkpoint import fsync_dir, write_atomically
+from broker.log.checkpoint import write_durably
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("kshare.configs")
@@ -58,14 +58,10 @@ class GroupConfigStore:
         body = {"version": FORMAT_VERSION,
                 "groups": {g: dict(sorted(p.items())) for g, p in sorted(groups.items())}}
         try:
-            write_atomically(self._path, json.dumps(body, indent=1).encode(), fsync=True)
+            write_durably(self._path, json.dumps(body, indent=1).encode())
         except OSError as e:  # a full disk: nothing changed, the request gets KAFKA_STORAGE_ERROR
             log.error("cannot write %s: %s", self._path, e)
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"Cannot write the group configs: {e}") from None
-        try:
-            fsync_dir(os.path.dirname(self._path))
-        except OSError as e:  # the file is renamed already: the change stands, a crash may undo it
-            log.error("cannot fsync the directory of %s: %s", self._path, e)
 
     def get(self, group_id: str) -> Mapping[str, str]:
         """The group's overrides (read-only; empty when none are set)."""

@@ -154,10 +154,12 @@ class Connection(asyncio.Protocol):
         self._bad_size = size
         self._end_input()
 
-    def _end_input(self) -> None:
+    def _end_input(self, *, pause: bool = True) -> None:
+        """No more requests: what was read is answered, an incomplete frame never completed.
+        After EOF there is nothing left to read, so reading is not paused then."""
         self._input_done = True
-        self._buf.clear()  # an incomplete frame is never completed
-        if not self._reading_paused:
+        self._buf.clear()
+        if pause and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
         self._wake()
@@ -166,9 +168,7 @@ class Connection(asyncio.Protocol):
         """A half-close (FIN) still gets the answers to every request it sent, as in Kafka,
         whose muted channel only sees the EOF once those are answered: keep the transport
         open for writing until the worker has sent them."""
-        self._input_done = True
-        self._buf.clear()
-        self._wake()
+        self._end_input(pause=False)
         return True
 
     def connection_lost(self, exc) -> None:

@@ -70,7 +70,8 @@ def build_report(spark, bootstrap: str, out_dir: str | Path, *, groups: list[str
     export_dir = out / "state-export"
     exported = export_share_state(spark, bootstrap, export_dir, topic=state_topic,
                                   max_offsets_per_split=max_offsets_per_split)
-    for note in exported.notes():
+    notes = exported.notes()
+    for note in notes:
         step(note)
     scan = ExportScan(spark, export_dir, groups)
     lo_ms, hi_ms, total_records, partitions = _time_span(export_dir, groups)
@@ -133,7 +134,7 @@ def build_report(spark, bootstrap: str, out_dir: str | Path, *, groups: list[str
     files["report.html"].write_text(render(
         lag=table, totals=totals, history=history, health=health, generated_ms=int(time.time() * 1000),
         bootstrap=bootstrap, delivery_count_limit=delivery_count_limit, state_records=total_records,
-        notes=exported.notes()))
+        notes=notes))
     return ReportResult(table, totals, history, health, exported.records, total_records, files, exported)
 
 

@@ -178,3 +178,25 @@ def test_lag_is_computed_only_for_successful_known_summaries():
     assert not lag_is_computable(SummaryResult(start_offset=-1, delivery_complete_count=0))
     assert not lag_is_computable(SummaryResult(start_offset=4, delivery_complete_count=-1))
     assert TopicOffsets("t", None).partitions == []
+
+
+# --- share-state initialisation bookkeeping ---------------------------------------------------
+
+
+def test_initialisation_times_go_when_the_initialisation_finishes_or_its_topic_goes():
+    """The coordinator remembers when it started initialising a topic's share state (to retry
+    a stalled one later). A long-lived group subscribed to a topic that is deleted and
+    recreated must not keep one such entry per topic id it ever saw."""
+    c = coordinator()
+    epoch = c.heartbeat("g", MEMBER, 0, None, ["churn"], "cli", HOST, 0).member_epoch
+    for i in range(10):
+        churn = TopicInfo(uuid.UUID(int=0x100 + i), "churn", 2)
+        c.on_metadata_change(TopicsImage([ORDERS, PAYMENTS, churn]), ["churn"])
+        r = c.heartbeat("g", MEMBER, epoch, None, None, "cli", HOST, i)
+        epoch = r.member_epoch
+        assert churn.topic_id in r.initialize.partitions
+        if i % 2:  # the other half is deleted while initialising
+            c.initialize_share_state("g", r.initialize.partitions)
+            assert not c._init_since
+        c.on_metadata_change(TopicsImage([ORDERS, PAYMENTS]), ["churn"])
+        assert not c._init_since

@@ -247,9 +247,10 @@ class ShareGroupCoordinator:
         self._foreign_group_type = foreign_group_type or (lambda group_id: None)
         self._max_size = broker_value("group.share.max.size", self._broker_config)
         self._init_retry_ms = broker_value("group.share.initialize.retry.interval.ms", self._broker_config)
-        # (group id, topic id) -> when this coordinator marked the topic initializing. Not a
+        # group id -> topic id -> when this coordinator marked the topic initializing. Not a
         # record: a topic replayed as initializing has no entry, so it is retried at once.
-        self._init_since: dict[tuple[str, uuid.UUID], int] = {}
+        # An entry goes when its topic leaves the initializing set (``_set_state_metadata``).
+        self._init_since: dict[str, dict[uuid.UUID, int]] = {}
         self._groups: dict[str, ShareGroup] = {}
         # groups whose share-state metadata names a topic id the topic view lacks (an
         # initialization that finished after its topic was deleted): the next metadata change
@@ -497,7 +498,7 @@ class ShareGroupCoordinator:
     # ------------------------------------------------------------------ share-partition state
 
     def _fresh(self, group_id: str, topic_id: uuid.UUID, now_ms: int) -> bool:
-        since = self._init_since.get((group_id, topic_id))
+        since = self._init_since.get(group_id, {}).get(topic_id)
         return since is not None and now_ms - since < self._init_retry_ms
 
     def _plan_initialization(self, group_id: str, now_ms: int) -> StatePlan:
@@ -512,8 +513,7 @@ class ShareGroupCoordinator:
             return StatePlan()
         record = share_state.initializing_record(group, change, self._topics)
         self.replay(record)
-        for topic_id in change:
-            self._init_since[(group_id, topic_id)] = now_ms
+        self._init_since.setdefault(group_id, {}).update(dict.fromkeys(change, now_ms))
         return StatePlan([record], share_state.request_of(group_id, change, group.group_epoch))
 
     def maybe_initialize(self, group_id: str, now_ms: int) -> StatePlan:
@@ -535,9 +535,17 @@ class ShareGroupCoordinator:
         """Initialising ``partitions`` failed: they stop being initializing (retried later)."""
         group = self._groups.get(group_id)
         record = None if group is None else share_state.uninitialized_record(group, partitions, self._topics)
-        for topic_id in partitions:
-            self._init_since.pop((group_id, topic_id), None)
+        self._forget_init_since(group_id, partitions)
         return self._apply(record)
+
+    def _forget_init_since(self, group_id: str, topic_ids: Iterable[uuid.UUID]) -> None:
+        """Those topics may be initialised again at once."""
+        since = self._init_since.get(group_id)
+        if since is not None:
+            for topic_id in topic_ids:
+                since.pop(topic_id, None)
+            if not since:
+                del self._init_since[group_id]
 
     def prepare_group_deletion(self, group_id: str) -> StatePlan:
         """First step of DeleteGroups for a share group (Kafka's ``sharePartitionDeleteRequests``):
@@ -720,8 +728,7 @@ class ShareGroupCoordinator:
         record = share_state.initializing_record(group, change, self._topics)
         self.replay(record)
         plan.records.append(record)
-        for topic_id in change:
-            self._init_since[(group_id, topic_id)] = now_ms
+        self._init_since.setdefault(group_id, {}).update(dict.fromkeys(change, now_ms))
         plan.request = share_state.request_of(group_id, change, self._groups[group_id].group_epoch)
         return plan
 
@@ -734,8 +741,7 @@ class ShareGroupCoordinator:
             raise KafkaError(ErrorCode.NON_EMPTY_GROUP, "The group is not empty.")
         plan = share_state.offsets_delete_plan(group, topic_names, self._topics, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         records = self._apply(plan.record)
-        for topic_id in plan.to_delete:
-            self._init_since.pop((group_id, topic_id), None)
+        self._forget_init_since(group_id, plan.to_delete)
         return OffsetsDeleteStep(records, plan.to_delete, plan.errors)
 
     def complete_offsets_delete(self, group_id: str, topic_ids: Iterable[uuid.UUID]) -> list[CoordinatorRecord]:
@@ -873,8 +879,7 @@ class ShareGroupCoordinator:
             _reindex(self._listed_in, key.group_id, _state_ids(group), ())
             self._settled.pop(key.group_id, None)
             self._stale_state.discard(key.group_id)
-            for topic_key in [k for k in self._init_since if k[0] == key.group_id]:
-                del self._init_since[topic_key]
+            self._init_since.pop(key.group_id, None)
             return
         group.group_epoch = value.epoch
         group.metadata_hash = value.metadata_hash
@@ -928,9 +933,14 @@ class ShareGroupCoordinator:
             group.initialized_topics = {}
             group.deleting_topics = {}
             self._stale_state.discard(group.group_id)
+            self._init_since.pop(group.group_id, None)
             return
         group.initializing_topics = {t.topic_id: (t.topic_name, frozenset(t.partitions))
                                      for t in value.initializing_topics}
+        # A topic no longer initializing (initialized, failed, deleted, reset) needs no retry
+        # time: without this, a group kept one per topic id it ever initialised.
+        since = self._init_since.get(group.group_id, ())
+        self._forget_init_since(group.group_id, [t for t in since if t not in group.initializing_topics])
         group.initialized_topics = {t.topic_id: (t.topic_name, frozenset(t.partitions))
                                     for t in value.initialized_topics}
         group.deleting_topics = {t.topic_id: t.topic_name for t in value.deleting_topics}

@@ -21,7 +21,7 @@ from broker.server import MAX_QUEUED_BYTES
 from protocol.framing import request_frame
 from tests.raw_client import RawClient
 from tests.test_produce_support import batch, fetch, fetch_request, headers_of, produce_request
-from tests.test_share_wire_support import ShareMember, acquired, parts
+from tests.test_share_wire_support import ShareMember, acquired, new_member_id, parts
 
 
 @pytest.fixture
@@ -116,4 +116,27 @@ async def test_clients_that_stop_reading_shrink_fetch_and_share_fetch_answers(lo
         assert await loop.run_in_executor(None, share_fetch_acquired) == [(10, 29, 1)]
     finally:
         stalled.close()
+        member.close()
+
+
+async def test_a_connection_keeps_only_the_share_sessions_still_open_on_it(local):
+    """A connection remembers the share sessions opened on it, to drop them when it closes.
+    A client opening and closing sessions for member after member over one connection must
+    not pile up the closed ones (Kafka keeps one session key per connection)."""
+    b = local
+    topic_id = b.topics.create("s", 1).topic_id
+    member = ShareMember(b.bootstrap, "g")
+
+    def churn() -> None:
+        for _ in range(20):
+            member.member_id, member.epoch = new_member_id(), 0
+            member.open([(topic_id, 0)])
+            assert member.fetch([(topic_id, 0)], epoch=-1).error_code == 0
+
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, churn)
+        [conn] = b.server.connections
+        assert len(conn.share_sessions) <= 1  # (the last one is forgotten at the next open)
+        assert len(b.share_sessions) == 0
+    finally:
         member.close()

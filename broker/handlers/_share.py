@@ -65,6 +65,11 @@ def tie_session_to_connection(ctx, session) -> None:
     if opened is None:
         opened = conn.share_sessions = {}
         conn.on_close(lambda: _connection_closed(ctx.broker, opened))
+    # Forget the ones closed or replaced since: a client opening sessions for one member after
+    # another over this connection would otherwise keep every one of them until it closes.
+    cache = ctx.broker.share_sessions
+    for key in [k for k, s in opened.items() if cache.get(*k) is not s]:
+        del opened[key]
     opened[session.key] = session
 
 

@@ -388,3 +388,30 @@ async def test_a_lock_expiry_written_after_a_later_acknowledgement_does_not_move
         manager.forget_share_state("g")  # what a restart loads
         sp = await manager.partition("g", topic_id, 0, "t")
         assert (sp.start_offset, sp.next_fetch_offset()) == (4, 4)
+
+
+async def test_a_release_scheduled_for_a_departed_member_frees_only_what_it_held_then(tmp_path):
+    """A member that left with no share session open has its records released from a task
+    (the departure is reported from a callback). The release was worked out when that task
+    ran, so a share fetch of the member handled first, say on a session it had just opened,
+    had the records it was answered with released as well: they went to another member while
+    the first one still worked on them. Kafka releases a member's records when it learns of
+    the departure; only the write is asynchronous."""
+    async with running_broker(tmp_path) as b:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 1).topic_id
+        tp = (topic_id, 0)
+        await manager.partition("g", topic_id, 0, "t")
+        await produce(b, "t", [b"a", b"b"])
+        await produce(b, "t", [b"c", b"d"])
+        sp = manager.cached("g", topic_id, 0)
+
+        async def fetch(member):
+            return (await manager.fetch("g", member, [(topic_id, 0, "t")], params(0, 2, 2)))[tp].acquired
+
+        assert await fetch("m") == [(0, 1, 1)]
+        b._member_departed("g", "m")  # no share session: its records are released
+        assert await fetch("m") == [(2, 3, 1)]  # handled before the release's task runs
+        await asyncio.gather(*list(manager._writes))
+        held = {offset: member for offset, _, _, member, _, _ in sp.iter_records()}
+        assert held == {0: None, 1: None, 2: "m", 3: "m"}

@@ -163,6 +163,10 @@ def _read_next(lg, sp: SharePartition, read_bytes: int):
         return offset, (lg.read(offset, read_bytes) if offset < lg.end_offset else None)
 
 
+async def _gather(aws) -> None:
+    await asyncio.gather(*aws)
+
+
 class SharePartitionManager:
     def __init__(
         self,
@@ -445,6 +449,20 @@ class SharePartitionManager:
         Either way only the group's share partitions are visited: when a thousand consumers
         disconnect at once, scanning every share partition for each took seconds.
         """
+        jobs = self._release(group_id, member_id, partitions)
+        if jobs:
+            await asyncio.gather(*jobs)
+
+    def release_soon(self, group_id: str, member_id: str, partitions=None) -> None:
+        """``release`` for callbacks that cannot await (connection close, a member's departure):
+        the records are released now, as Kafka does; only their write runs in a task. Released
+        when the task ran, records the member acquired meanwhile went too."""
+        jobs = self._release(group_id, member_id, partitions)
+        if jobs:
+            self._track(asyncio.get_running_loop().create_task(_gather(jobs)))
+
+    def _release(self, group_id: str, member_id: str, partitions) -> list:
+        """Start the release of ``member_id``'s records; returns the writes that finish it."""
         if partitions is None:
             leaders = list(self._by_group.get(group_id, {}).values())
         else:
@@ -456,12 +474,7 @@ class SharePartitionManager:
             t = leader.sp.release_member(member_id)
             if t.pending:
                 jobs.append(self._persist(leader, t))
-        if jobs:
-            await asyncio.gather(*jobs)
-
-    def release_soon(self, group_id: str, member_id: str, partitions=None) -> None:
-        """Fire-and-forget release, for callbacks that cannot await (connection close)."""
-        self._track(asyncio.get_running_loop().create_task(self.release(group_id, member_id, partitions)))
+        return jobs
 
     async def _persist(self, leader: _Leader, t: Transition) -> tuple[int, str | None]:
         """Write a pending transition, then commit it, or roll it back if the write failed."""

@@ -415,3 +415,39 @@ async def test_a_release_scheduled_for_a_departed_member_frees_only_what_it_held
         await asyncio.gather(*list(manager._writes))
         held = {offset: member for offset, _, _, member, _, _ in sp.iter_records()}
         assert held == {0: None, 1: None, 2: "m", 3: "m"}
+
+
+async def test_a_share_partition_loading_while_its_topic_is_deleted_and_created_again_never_reads_the_new_one(tmp_path):
+    """A share partition is loaded for a topic id but finds its log by topic name, once the
+    state is read. A topic deleted while that read was in flight (a network persister, a
+    state write waiting for its fsync) and created again under the same name has a new id and
+    a new log: the share partition of the old id was loaded on the new log, and the fetch
+    that loaded it answered the new topic's records as the old topic's. A deletion only
+    forgets loaded share partitions, so nothing dropped it either."""
+    async with running_broker(tmp_path) as b:
+        manager = b.share_manager
+        old_id = b.topics.create("t", 1).topic_id
+        code, _ = await manager.persister.initialize_state("g", old_id, 0, state_epoch=1, start_offset=0)
+        assert code == ErrorCode.NONE
+        read = asyncio.Event()
+        reading = asyncio.Event()
+        read_state = manager.persister.read_state
+
+        async def held_read(*args, **kwargs):
+            state = await read_state(*args, **kwargs)  # answered before the deletion
+            reading.set()
+            await read.wait()
+            return state
+
+        manager.persister = type("Held", (), {"read_state": staticmethod(held_read),
+                                              "initialize_state": manager.persister.initialize_state})()
+        fetching = asyncio.ensure_future(manager.fetch("g", "m", [(old_id, 0, "t")], params(0)))
+        await reading.wait()
+        b.topics.delete("t")
+        new_id = b.topics.create("t", 1).topic_id
+        await produce(b, "t", [b"new"])
+        read.set()
+        result = (await fetching)[(old_id, 0)]
+        assert new_id != old_id
+        assert (result.error_code, result.acquired) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+        assert manager.share_partitions("g") == []

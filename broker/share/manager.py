@@ -250,7 +250,9 @@ class SharePartitionManager:
             state = await self.persister.read_state(group_id, topic_id, partition, leader_epoch=LEADER_EPOCH)
         if state.error_code:
             raise KafkaError(_LOAD_ERRORS.get(state.error_code, ErrorCode.UNKNOWN_SERVER_ERROR), state.error_message)
-        lg = self.broker.store.get(topic, partition)
+        # By id: the topic may have been deleted, and created again under its name, meanwhile.
+        t = self.broker.topics.by_id(topic_id)
+        lg = self.broker.store.get(topic, partition) if t is not None and t.name == topic else None
         if lg is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         start = state.start_offset

@@ -34,6 +34,7 @@ from broker.metrics import (
     per_topic,
     share_partition_exposition,
 )
+from tests.test_share_wire_support import share_partition
 
 # --- counters -----------------------------------------------------------------------------------------
 
@@ -254,7 +255,7 @@ async def test_a_scrape_reads_share_partitions_a_few_at_a_time_and_skips_those_d
         topic_id = b.topics.create("t", 3).topic_id
         for group in ("g", "h"):
             for p in range(3):
-                await b.share_manager.partition(group, topic_id, p, "t")
+                await share_partition(b, group, topic_id, p, "t")
         reads, turns = [], 0
         read = metrics_module.BrokerCollector._share_partition_rows
 
@@ -380,7 +381,7 @@ async def test_label_names_are_kafkas_tag_names_with_their_case(tmp_path):
     await b.start()
     try:
         topic_id = b.topics.create("t", 1).topic_id
-        await b.share_manager.partition("g", topic_id, 0, "t")
+        await share_partition(b, "g", topic_id, 0, "t")
         b.metrics.share.records_acknowledged([(0, 0, [1])])
         families = [f for f in b.metrics.registry.collect() if f.name.startswith("kafka_")]
     finally:

@@ -16,7 +16,7 @@ from broker.share.manager import FetchParams
 from protocol.errors import ErrorCode
 from tests.test_produce_support import batch, produce_request
 from tests.test_share_heartbeat_wire import heartbeat
-from tests.test_share_wire_support import ShareMember, parts
+from tests.test_share_wire_support import ShareMember, parts, share_partition
 
 
 class CountingDict(dict):
@@ -77,7 +77,7 @@ async def test_a_release_visits_only_the_members_group_never_every_share_partiti
         topic_id = b.topics.create("t", 4).topic_id
         for group in ("g", "other"):
             for p in range(4):
-                sp = await manager.partition(group, topic_id, p, "t")
+                sp = await share_partition(b, group, topic_id, p, "t")
                 assert sp.acquire("m", [(0, 4)], fetch_offset=0, max_records=500, batch_size=500).ranges
         manager._leaders = leaders = CountingDict(manager._leaders)
 
@@ -113,7 +113,7 @@ async def test_a_produce_makes_one_parked_share_fetch_per_group_look(tmp_path):
         fetches = []
         for i in range(20):
             for group in ("g", "h"):
-                await manager.partition(group, topic_id, 0, "t")
+                await share_partition(b, group, topic_id, 0, "t")
                 fetches.append(asyncio.ensure_future(
                     manager.fetch(group, f"m{i}", [(topic_id, 0, "t")], params(30_000))))
         await until_parked(b, 40)
@@ -168,8 +168,8 @@ async def test_deleting_a_topic_forgets_it_once_and_answers_its_parked_share_fet
         other_id = b.topics.create("other", 4).topic_id
         for group in ("g", "h"):
             for p in range(4):
-                await manager.partition(group, topic_id, p, "t")
-                await manager.partition(group, other_id, p, "other")
+                await share_partition(b, group, topic_id, p, "t")
+                await share_partition(b, group, other_id, p, "other")
         parked = asyncio.ensure_future(
             manager.fetch("g", "m", [(topic_id, 0, "t"), (other_id, 0, "other")], params(60_000)))
         await until_parked(b)
@@ -194,7 +194,7 @@ async def test_a_fetch_parked_on_share_state_that_an_admin_request_drops_answers
     async with running_broker(tmp_path) as b:
         manager = b.share_manager
         topic_id = b.topics.create("t", 1).topic_id
-        await manager.partition("g", topic_id, 0, "t")
+        await share_partition(b, "g", topic_id, 0, "t")
         parked = asyncio.ensure_future(manager.fetch("g", "m", [(topic_id, 0, "t")], params(60_000)))
         await until_parked(b)
         manager.forget_share_state("g")
@@ -206,7 +206,7 @@ async def test_an_acknowledgement_wakes_a_parked_fetch_only_when_it_leaves_recor
     async with running_broker(tmp_path) as b:
         manager = b.share_manager
         topic_id = b.topics.create("t", 1).topic_id
-        await manager.partition("g", topic_id, 0, "t")
+        await share_partition(b, "g", topic_id, 0, "t")
         await produce(b, "t", [b"a", b"b"])
         held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0, batch_size=1))
         assert held[(topic_id, 0)].acquired == [(0, 1, 1)]
@@ -229,7 +229,7 @@ async def test_an_acceptance_that_makes_room_under_the_in_flight_limit_wakes_a_p
     async with running_broker(tmp_path, {"group.share.partition.max.record.locks": "100"}) as b:
         manager = b.share_manager
         topic_id = b.topics.create("t", 1).topic_id
-        await manager.partition("g", topic_id, 0, "t")
+        await share_partition(b, "g", topic_id, 0, "t")
         await produce(b, "t", [b"x"] * 100)
         await produce(b, "t", [b"y"])
         held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0, max_records=100, batch_size=100))
@@ -246,7 +246,7 @@ async def test_min_bytes_zero_answers_at_once_when_a_partition_has_room(tmp_path
     zero bytes, so the fetch does not long-poll (it used to wait MaxWaitMs)."""
     async with running_broker(tmp_path) as b:
         topic_id = b.topics.create("t", 1).topic_id
-        await b.share_manager.partition("g", topic_id, 0, "t")
+        await share_partition(b, "g", topic_id, 0, "t")
         p = FetchParams(max_wait_ms=60_000, min_bytes=0, max_bytes=1 << 20, max_records=500, batch_size=500)
         assert await asyncio.wait_for(b.share_manager.fetch("g", "m1", [(topic_id, 0, "t")], p), 5) == {}
 
@@ -257,7 +257,7 @@ async def test_the_first_fetch_acquires_max_records_of_large_records(tmp_path):
     first fetch of 1 KiB records acquired 60 records instead of 500."""
     async with running_broker(tmp_path) as b:
         topic_id = b.topics.create("t", 1).topic_id
-        await b.share_manager.partition("g", topic_id, 0, "t")
+        await share_partition(b, "g", topic_id, 0, "t")
         for _ in range(100):
             await produce(b, "t", [bytes(1024)] * 10)
         p = FetchParams(max_wait_ms=0, min_bytes=1, max_bytes=50 << 20, max_records=500, batch_size=500)
@@ -272,7 +272,7 @@ async def test_max_bytes_is_shared_by_the_partitions_with_room_under_the_lock_li
         manager = b.share_manager
         topic_id = b.topics.create("t", 2).topic_id
         for p in (0, 1):
-            await manager.partition("g", topic_id, p, "t")
+            await share_partition(b, "g", topic_id, p, "t")
             for _ in range(20):
                 await produce(b, "t", [bytes(1024)] * 10, partition=p)
         full = await manager.fetch("g", "m0", [(topic_id, 0, "t")], params(0, max_records=100, batch_size=100))
@@ -290,7 +290,7 @@ async def test_a_parked_fetch_whose_client_left_hands_its_wake_up_on(tmp_path):
     async with running_broker(tmp_path) as b:
         manager = b.share_manager
         topic_id = b.topics.create("t", 1).topic_id
-        await manager.partition("g", topic_id, 0, "t")
+        await share_partition(b, "g", topic_id, 0, "t")
         left = asyncio.ensure_future(manager.fetch("g", "m1", [(topic_id, 0, "t")], params(60_000), gone=lambda: True))
         await until_parked(b)
         stays = asyncio.ensure_future(manager.fetch("g", "m2", [(topic_id, 0, "t")], params(60_000)))
@@ -308,7 +308,7 @@ async def test_a_write_fenced_by_a_newer_state_epoch_drops_the_share_partition_u
         manager = b.share_manager
         topic_id = b.topics.create("t", 1).topic_id
         tp = (topic_id, 0)
-        sp = await manager.partition("g", topic_id, 0, "t")
+        sp = await share_partition(b, "g", topic_id, 0, "t")
         await produce(b, "t", [b"a", b"b"])
         held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0))
         assert held[tp].acquired == [(0, 1, 1)]
@@ -332,7 +332,7 @@ async def test_a_write_refused_for_another_reason_answers_unknown_server_error(t
         manager = b.share_manager
         topic_id = b.topics.create("t", 1).topic_id
         tp = (topic_id, 0)
-        await manager.partition("g", topic_id, 0, "t")
+        await share_partition(b, "g", topic_id, 0, "t")
         await produce(b, "t", [b"a"])
         assert (await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0)))[tp].acquired == [(0, 0, 1)]
         # The state is deleted behind the leader's back: the coordinator refuses the write as
@@ -355,7 +355,7 @@ async def test_a_lock_expiry_written_after_a_later_acknowledgement_does_not_move
         manager._now = lambda: now[0]
         topic_id = b.topics.create("t", 1).topic_id
         tp = (topic_id, 0)
-        await manager.partition("g", topic_id, 0, "t")  # starts at the log end, 0
+        await share_partition(b, "g", topic_id, 0, "t")  # starts at the log end, 0
         for value in (b"a", b"b", b"c", b"d"):
             await produce(b, "t", [value])  # offsets 0-3, a batch each
         leader = manager._leaders[("g", topic_id, 0)]
@@ -386,7 +386,7 @@ async def test_a_lock_expiry_written_after_a_later_acknowledgement_does_not_move
         assert leader.sp.start_offset == 4
 
         manager.forget_share_state("g")  # what a restart loads
-        sp = await manager.partition("g", topic_id, 0, "t")
+        sp = await share_partition(b, "g", topic_id, 0, "t")
         assert (sp.start_offset, sp.next_fetch_offset()) == (4, 4)
 
 

@@ -23,6 +23,7 @@ from protocol.messages.create_topics_request import CreatableTopic, CreateTopics
 from protocol.records import check_batch, iter_records
 from tests.raw_client import RawClient
 from tests.test_produce_support import batch, fetch, list_offset, produce, raw
+from tests.test_share_wire_support import initialize_share_state
 
 INITIALIZE, READ, WRITE, DELETE, SUMMARY = 83, 84, 85, 86, 87
 SHARE_FETCH, SHARE_ACKNOWLEDGE, CREATE_TOPICS = 78, 79, 19
@@ -150,10 +151,13 @@ def log_start(client, state_partition_index: int) -> int:
 
 
 class Member:
-    """ShareFetch / ShareAcknowledge on one connection, tracking the share-session epoch."""
+    """ShareFetch / ShareAcknowledge on one connection, tracking the share-session epoch. The
+    partitions it fetches are initialised first, as the group coordinator does before assigning
+    them (``initialize_share_state``)."""
 
     def __init__(self, bootstrap: str, group: str) -> None:
         self.client = RawClient(bootstrap, client_id="share-state-tests")
+        self.bootstrap = bootstrap
         self.group = group
         self.member_id = uuid.uuid4().hex[:22]
         self.epoch = 0
@@ -175,6 +179,8 @@ class Member:
                        for f, l, k in (acks or {}).get((t, p), [])]
             topics.setdefault(t, []).append(fetch_req.FetchPartition(partition_index=p,
                                                                      acknowledgement_batches=batches))
+        initialize_share_state(self.bootstrap, self.group,
+                               [(t, p.partition_index) for t, ps in topics.items() for p in ps])
         req = fetch_req.ShareFetchRequest(
             group_id=self.group, member_id=self.member_id, share_session_epoch=self.epoch, max_wait_ms=max_wait_ms,
             min_bytes=1, max_bytes=1 << 20, max_records=max_records, batch_size=max_records,

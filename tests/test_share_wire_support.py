@@ -3,6 +3,12 @@
 ``ShareMember`` is one share-group member speaking raw ShareFetch (78) and ShareAcknowledge (79)
 over its own connection, tracking its share-session epoch the way librdkafka does: 0 opens,
 each successful reply moves it on, -1 closes. Tests pass ``epoch=`` to send anything else.
+
+The leader never initialises share-partition state (Kafka 4.1+: the group coordinator does,
+before it assigns a partition). A member that has not heartbeaten gets UNKNOWN_SERVER_ERROR for
+a partition nobody initialised, so ``ShareMember`` first initialises the partitions it fetches
+(``initialize_share_state``, once each) unless made with ``initialize=False``; in-process tests
+use ``share_partition``.
 """
 
 from __future__ import annotations
@@ -10,6 +16,9 @@ from __future__ import annotations
 import time
 import uuid
 
+from protocol.errors import ErrorCode
+from protocol.messages import initialize_share_group_state_request as init_req
+from protocol.messages import read_share_group_state_request as read_req
 from protocol.messages import share_acknowledge_request as ack_req
 from protocol.messages import share_fetch_request as fetch_req
 from protocol.messages.create_topics_request import CreatableTopic, CreateTopicsRequest
@@ -19,6 +28,7 @@ from tests.raw_client import RawClient
 from tests.test_produce_support import batch, produce
 
 SHARE_FETCH, SHARE_ACKNOWLEDGE, CREATE_TOPICS, METADATA = 78, 79, 19, 3
+INITIALIZE_SHARE_GROUP_STATE, READ_SHARE_GROUP_STATE = 83, 84
 
 GAP, ACCEPT, RELEASE, REJECT, RENEW = 0, 1, 2, 3, 4
 
@@ -61,6 +71,53 @@ def produce_batches(client: RawClient, topic: str, sizes, *, partition: int = 0)
         assert p.error_code == 0, p.error_code
         out.append((p.base_offset, p.base_offset + n - 1))
     return out
+
+
+# --- share-partition state ---------------------------------------------------------------------
+
+# (group, topic id, partition) initialised by a test already; topic ids are never reused
+_INITIALIZED: set = set()
+
+
+def initialize_share_state(bootstrap: str, group: str, partitions) -> None:
+    """InitializeShareGroupState (start offset -1: share.auto.offset.reset applies when loaded) for
+    the (topic id, partition) pairs that have no share state yet (ReadShareGroupState answers
+    INVALID_REQUEST), as the group coordinator sends it before it assigns them; state that exists
+    (an AlterShareGroupOffsets) is kept. Errors (an unknown topic a test fetches on purpose) are
+    left to the fetch."""
+    todo = [tp for tp in dict.fromkeys(partitions) if (group, *tp) not in _INITIALIZED]
+    if not group or not todo:
+        return
+    with RawClient(bootstrap, client_id="share-wire-tests") as client:
+        read = client.request(READ_SHARE_GROUP_STATE, 0, read_req.ReadShareGroupStateRequest(
+            group_id=group, topics=[read_req.ReadStateData(topic_id=t, partitions=[
+                read_req.PartitionData(partition=p, leader_epoch=-1) for p in ps])  # -1: a plain read
+                for t, ps in _by_topic(todo).items()]))
+        _INITIALIZED.update((group, t.topic_id, p.partition) for t in read.results for p in t.partitions
+                            if p.error_code == 0)
+        absent = [(t.topic_id, p.partition) for t in read.results for p in t.partitions
+                  if p.error_code == ErrorCode.INVALID_REQUEST]
+        if not absent:
+            return
+        init = client.request(INITIALIZE_SHARE_GROUP_STATE, 0, init_req.InitializeShareGroupStateRequest(
+            group_id=group, topics=[init_req.InitializeStateData(topic_id=t, partitions=[
+                init_req.PartitionData(partition=p, state_epoch=0, start_offset=-1) for p in ps])
+                for t, ps in _by_topic(absent).items()]))
+    _INITIALIZED.update((group, t.topic_id, p.partition) for t in init.results for p in t.partitions
+                        if p.error_code == 0)
+
+
+async def share_partition(broker, group: str, topic_id, partition: int, topic: str):
+    """The loaded share partition of an in-process broker, its state initialised first (once) the
+    way the group coordinator does before assigning it."""
+    persister = broker.share_manager.persister
+    if (group, topic_id, partition) not in _INITIALIZED:
+        read = await persister.read_state(group, topic_id, partition, leader_epoch=-1)  # -1: a plain read
+        if read.error_code == ErrorCode.INVALID_REQUEST:
+            code, msg = await persister.initialize_state(group, topic_id, partition, state_epoch=0, start_offset=-1)
+            assert code == 0, (code, msg)
+        _INITIALIZED.add((group, topic_id, partition))
+    return await broker.share_manager.partition(group, topic_id, partition, topic)
 
 
 # --- responses ------------------------------------------------------------------------------------
@@ -122,8 +179,10 @@ def offsets_in(buf: bytes) -> list[int]:
 class ShareMember:
     """A share-group member on its own connection, with librdkafka-like epoch bookkeeping."""
 
-    def __init__(self, bootstrap: str, group: str, member_id: str | None = None) -> None:
+    def __init__(self, bootstrap: str, group: str, member_id: str | None = None, *, initialize: bool = True) -> None:
         self.client = RawClient(bootstrap, client_id="share-wire-tests")
+        self.bootstrap = bootstrap
+        self.initialize = initialize
         self.group = group
         self.member_id = member_id if member_id is not None else new_member_id()
         self.epoch: int | None = 0
@@ -163,6 +222,7 @@ class ShareMember:
 
     def fetch(self, partitions=(), *, version: int = 1, **kw):
         req = self.fetch_request(partitions, **kw)
+        self._initialize(req)
         resp = self.client.request(SHARE_FETCH, version, req)
         self._moved_on(req.share_session_epoch, resp.error_code)
         return resp
@@ -170,6 +230,7 @@ class ShareMember:
     def send_fetch(self, partitions=(), *, version: int = 1, **kw):
         """Send a ShareFetch without waiting; returns a function that reads its response."""
         req = self.fetch_request(partitions, **kw)
+        self._initialize(req)
         self.client.send_raw(self.client.frame(SHARE_FETCH, version, req))
 
         def result():
@@ -204,6 +265,12 @@ class ShareMember:
         resp = self.fetch(partitions, epoch=0, **kw)
         assert resp.error_code == 0, (resp.error_code, resp.error_message)
         return resp
+
+    def _initialize(self, req) -> None:
+        """What the group coordinator does before assigning a member these partitions."""
+        if self.initialize:
+            initialize_share_state(self.bootstrap, req.group_id,
+                                   [(t.topic_id, p.partition_index) for t in req.topics for p in t.partitions])
 
     def _moved_on(self, epoch: int, error_code: int) -> None:
         if error_code:

@@ -24,6 +24,7 @@ from protocol.messages.metadata_request import MetadataRequest
 from protocol.records import iter_records
 from tests.raw_client import RawClient
 from tests.test_produce_support import batch, produce
+from tests.test_share_state_support import only, read_state, state_partition, state_records
 from tests.test_share_wire_support import (
     ACCEPT,
     METADATA,
@@ -37,6 +38,7 @@ from tests.test_share_wire_support import (
     all_acquired,
     batch_headers,
     create_topic,
+    initialize_share_state,
     parts,
     produce_batches,
     record_offsets,
@@ -44,6 +46,7 @@ from tests.test_share_wire_support import (
 )
 
 NONE = 0
+UNKNOWN_SERVER_ERROR = -1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 INVALID_REQUEST = 42
 UNKNOWN_TOPIC_ID = 100
@@ -260,6 +263,35 @@ def test_a_36_character_member_id_is_accepted(broker, admin, topic_name):
         m.open([tp])
         assert m.acknowledge({}).error_code == NONE
         assert m.fetch(epoch=-1).error_code == NONE
+
+
+# --- share-partition state -------------------------------------------------------------------------
+
+
+def test_a_partition_no_group_coordinator_initialised_is_not_part_of_the_group(broker, admin, topic_name):
+    """Only the group coordinator initialises share-partition state, before it assigns the
+    partition (KIP-932, Kafka 4.1+). A ShareFetch naming a group id that has no share group (a
+    raw client, no heartbeat) answers what Kafka 4.2's SharePartition.maybeInitialize fails with
+    on the share coordinator's INVALID_REQUEST: UNKNOWN_SERVER_ERROR. The leader creates no state
+    (any group id would otherwise grow __share_group_state for good, and DeleteGroups cannot
+    remove it), a ShareAcknowledge finds no share partition, and the failed one is not kept: each
+    fetch reads the state again, so once initialised the partition loads."""
+    tp = (create_topic(admin, topic_name), 0)
+    group = unique("no-share-group")
+    with ShareMember(broker.bootstrap, group, initialize=False) as m:
+        for _ in range(2):
+            p = parts(m.fetch([tp]))[tp]
+            assert (p.error_code, p.acquired_records) == (UNKNOWN_SERVER_ERROR, [])
+        assert parts(m.acknowledge({tp: [(0, 0, [ACCEPT])]}))[tp].error_code == UNKNOWN_TOPIC_OR_PARTITION
+        assert only(read_state(admin, group, *tp, leader_epoch=-1)).error_code == INVALID_REQUEST
+
+        initialize_share_state(broker.bootstrap, group, [tp])  # what the group coordinator sends
+        records = [r for r in state_records(admin, state_partition(group, *tp))
+                   if (r[1].group_id, r[1].topic_id, r[1].partition) == (group, *tp)]
+        assert [type(r[1]).__name__ for r in records] == ["ShareSnapshotKey"]  # that one: the fetches wrote none
+        assert tp not in parts(m.fetch([tp]))  # loaded now, at the log end (share.auto.offset.reset latest)
+        produce_batches(admin, topic_name, [3])
+        assert acquired(parts(m.fetch())[tp]) == [(0, 2, 1)]
 
 
 # --- acquisition ----------------------------------------------------------------------------------

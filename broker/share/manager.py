@@ -239,15 +239,10 @@ class SharePartitionManager:
     async def _load(self, key: Key, topic: str) -> SharePartition:
         group_id, topic_id, partition = key
         state = await self.persister.read_state(group_id, topic_id, partition, leader_epoch=LEADER_EPOCH)
-        if state.error_code == ErrorCode.INVALID_REQUEST:
-            # Never initialised: Kafka's group coordinator does this before assigning the
-            # partition; a leader asked first does it itself.
-            code, msg = await self.persister.initialize_state(
-                group_id, topic_id, partition, state_epoch=0, start_offset=-1
-            )
-            if code:
-                raise KafkaError(_LOAD_ERRORS.get(code, ErrorCode.UNKNOWN_SERVER_ERROR), msg)
-            state = await self.persister.read_state(group_id, topic_id, partition, leader_epoch=LEADER_EPOCH)
+        # A partition never initialised (INVALID_REQUEST from the share coordinator) is not part of
+        # any share group (KIP-932): only the group coordinator initialises it, before assigning it.
+        # The leader does not, or any group id in a ShareFetch would create durable state; like
+        # Kafka's SharePartition.maybeInitialize it fails the load (UNKNOWN_SERVER_ERROR).
         if state.error_code:
             raise KafkaError(_LOAD_ERRORS.get(state.error_code, ErrorCode.UNKNOWN_SERVER_ERROR), state.error_message)
         # By id: the topic may have been deleted, and created again under its name, meanwhile.

@@ -401,7 +401,7 @@ async def test_a_release_scheduled_for_a_departed_member_frees_only_what_it_held
         manager = b.share_manager
         topic_id = b.topics.create("t", 1).topic_id
         tp = (topic_id, 0)
-        await manager.partition("g", topic_id, 0, "t")
+        await share_partition(b, "g", topic_id, 0, "t")
         await produce(b, "t", [b"a", b"b"])
         await produce(b, "t", [b"c", b"d"])
         sp = manager.cached("g", topic_id, 0)

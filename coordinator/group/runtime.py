@@ -454,7 +454,7 @@ class GroupCoordinatorRuntime:
         shard = self._active_shard(group_id)
         if self._track:
             plan = shard.coordinator.prepare_group_deletion(group_id)
-            await self._settled(self._queue(shard, plan.records))
+            await self._written(shard, plan.records)
             if plan.request is not None:
                 try:
                     await self._delete_state(plan.request)
@@ -462,7 +462,16 @@ class GroupCoordinatorRuntime:
                     if invalidate is not None:
                         invalidate(group_id, None)
             shard = self._active_shard(group_id)
-        await self._settled(self._queue(shard, shard.coordinator.delete_group(group_id)))
+        await self._written(shard, shard.coordinator.delete_group(group_id))
+
+    async def _written(self, shard: _Shard, records: list[CoordinatorRecord]) -> None:
+        """Queue ``records`` and wait until they are persisted. A write that fails (or was
+        computed on state an earlier failed write took back) is the request's
+        COORDINATOR_NOT_AVAILABLE, as for heartbeats, never an exception out of its handler."""
+        try:
+            await self._settled(self._queue(shard, records))
+        except Exception:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
 
     async def _delete_state(self, request: StateRequest) -> None:
         results = await self._persister().delete_state(request.group_id, request.pairs())

@@ -12,7 +12,7 @@ import pytest
 from broker.log import KafkaStorageError
 from protocol.errors import ErrorCode, KafkaError
 
-from .test_group_persistence import A, Runtime, World, hb
+from .test_group_persistence import A, FakePersister, Runtime, World, hb
 
 
 async def until(condition) -> None:
@@ -39,6 +39,39 @@ class HeldWrites(Runtime):
             self.held += 1
             await self.release.wait()
         await super()._persist(records)
+
+
+class HeldPersister(FakePersister):
+    """Every InitializeShareGroupState waits until the test answers it: ``calls`` holds
+    ``(topic id, partition, state epoch)`` and the future to set with the error code."""
+
+    def __init__(self, events: list) -> None:
+        super().__init__(events)
+        self.calls: list[tuple[tuple, asyncio.Future]] = []
+
+    async def initialize_state(self, group_id, topic_id, partition, *, state_epoch, start_offset):
+        answer = asyncio.get_running_loop().create_future()
+        self.calls.append(((topic_id, partition, state_epoch), answer))
+        code = await answer
+        self.events.append(("initialize", group_id, topic_id, partition, state_epoch, start_offset))
+        if code == ErrorCode.NONE:
+            self.state[(group_id, topic_id, partition)] = state_epoch
+        return code, None
+
+    def pending(self) -> list[tuple]:
+        return [call for call, answer in self.calls if not answer.done()]
+
+    def answer(self, topic_id, partition, code=ErrorCode.NONE) -> None:
+        for (t, p, _), future in self.calls:
+            if (t, p) == (topic_id, partition) and not future.done():
+                future.set_result(code)
+                return
+        raise AssertionError(f"no pending initialisation of {topic_id}-{partition}")
+
+    def answer_all(self) -> None:
+        for _, future in self.calls:
+            if not future.done():
+                future.set_result(ErrorCode.NONE)
 
 
 def failing_append(lg, data, headers):
@@ -87,4 +120,43 @@ async def test_delete_groups_whose_own_write_fails_answers_instead_of_raising(tm
     with pytest.raises(KafkaError) as e:
         await runtime.delete_group("g")
     assert e.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    await runtime.stop()
+
+
+# --- share-state initialisation -----------------------------------------------------------------------
+
+
+async def test_a_failed_initialization_keeps_the_retry_time_of_partitions_still_initializing(tmp_path):
+    """Two initialisations of one topic under way (partitions added twice); the first fails.
+    Its partitions leave the initializing set, but the second's stay initializing, and as in
+    Kafka (uninitializeShareGroupState keeps the topic's timestamp for them) they are not
+    initialised again until the retry interval passes: a second InitializeShareGroupState
+    landing after the first succeeded would reset state that members already use."""
+    world = World(tmp_path)
+    world.persister = persister = HeldPersister(world.events)
+    orders = world.topics.create("orders", 1)
+    other = world.topics.create("other", 1)
+    runtime = await world.started()
+    join = asyncio.ensure_future(hb(runtime, A, 0, ["orders", "other"]))
+    await until(lambda: len(persister.pending()) == 2)
+    persister.answer_all()
+    assert (await join).error_code == 0
+    world.topics.add_partitions("orders", 2)  # initialises orders-1
+    await until(lambda: len(persister.pending()) == 1)
+    world.topics.add_partitions("orders", 3)  # orders-1 is initializing: initialises orders-2 only
+    await until(lambda: len(persister.pending()) == 2)
+    assert sorted(p for t, p, _ in persister.pending()) == [1, 2]
+    persister.answer(orders.topic_id, 1, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    group = runtime.coordinator.for_group("g")._groups["g"]
+    await until(lambda: group.initializing_topics.get(orders.topic_id, ("", {1}))[1] == {2})
+    world.topics.add_partitions("other", 2)  # the group looks for partitions without state again
+    await until(lambda: (other.topic_id, 1) in [(t, p) for t, p, _ in persister.pending()])
+    names = {orders.topic_id: "orders", other.topic_id: "other"}
+    assert sorted((names[t], p) for t, p, _ in persister.pending()) == [
+        ("orders", 1),  # failed: retried at once
+        ("orders", 2),  # the second initialisation, still under way: not a second call
+        ("other", 1),
+    ]
+    persister.answer_all()
+    await runtime.flush()
     await runtime.stop()

@@ -532,10 +532,11 @@ class ShareGroupCoordinator:
 
     def uninitialize_share_state(self, group_id: str, partitions: Mapping[uuid.UUID, Iterable[int]]
                                  ) -> list[CoordinatorRecord]:
-        """Initialising ``partitions`` failed: they stop being initializing (retried later)."""
+        """Initialising ``partitions`` failed: they stop being initializing (retried later).
+        A topic keeps its initialisation time while other partitions of it still initialize
+        (as Kafka keeps the timestamp): they must not be initialised a second time meanwhile."""
         group = self._groups.get(group_id)
         record = None if group is None else share_state.uninitialized_record(group, partitions, self._topics)
-        self._forget_init_since(group_id, partitions)
         return self._apply(record)
 
     def _forget_init_since(self, group_id: str, topic_ids: Iterable[uuid.UUID]) -> None:

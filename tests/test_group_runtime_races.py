@@ -6,13 +6,16 @@ standing in for synchronisation) and drives the real runtime in-process."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
+from broker.handlers import share_group_describe
 from broker.log import KafkaStorageError
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
 
-from .test_group_persistence import A, FakePersister, Runtime, World, hb
+from .test_group_persistence import A, B, FakePersister, Runtime, World, hb
 
 
 async def until(condition) -> None:
@@ -58,6 +61,9 @@ class HeldPersister(FakePersister):
             self.state[(group_id, topic_id, partition)] = state_epoch
         return code, None
 
+    async def read_summary(self, group_id, pairs):
+        return {}
+
     def pending(self) -> list[tuple]:
         return [call for call, answer in self.calls if not answer.done()]
 
@@ -76,6 +82,17 @@ class HeldPersister(FakePersister):
 
 def failing_append(lg, data, headers):
     raise KafkaStorageError("disk gone")
+
+
+def fail_next_append(offsets) -> None:
+    """The next append to ``__consumer_offsets`` fails (a full disk), later ones succeed."""
+    original = offsets._append
+
+    def append(lg, data, headers):
+        offsets._append = original
+        raise KafkaStorageError("disk gone")
+
+    offsets._append = append
 
 
 # --- DeleteGroups and a failed write ----------------------------------------------------------------
@@ -159,4 +176,53 @@ async def test_a_failed_initialization_keeps_the_retry_time_of_partitions_still_
     ]
     persister.answer_all()
     await runtime.flush()
+    await runtime.stop()
+
+
+# --- reads ------------------------------------------------------------------------------------------
+
+
+async def test_share_group_describe_does_not_show_a_join_that_a_failed_write_takes_back(tmp_path):
+    """Kafka answers ShareGroupDescribe from the state at the last committed offset: a member
+    whose join is still being written is not described, and one whose write fails never is."""
+    world = World(tmp_path)
+    world.topics.create("orders", 1)
+    runtime = await world.started(runtime_cls=HeldWrites)
+    await hb(runtime, A, 0, ["orders"])
+    ctx = SimpleNamespace(broker=SimpleNamespace(group_coordinator=runtime), api_version=1)
+    original = world.offsets._append
+    runtime.hold = True
+    join = asyncio.ensure_future(hb(runtime, B, 0, ["orders"]))
+    await until(lambda: runtime.held == 1)
+    describe = asyncio.ensure_future(share_group_describe.handle(ctx, ShareGroupDescribeRequest(group_ids=["g"])))
+    await until(lambda: describe.done() or runtime.held == 1)
+    world.offsets._append = failing_append
+    runtime.hold = False
+    runtime.release.set()
+    assert (await join).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    (group,) = (await describe).groups
+    assert (group.error_code, [m.member_id for m in group.members]) == (0, [A])
+    world.offsets._append = original
+    await runtime.stop()
+
+
+async def test_share_group_offsets_of_all_topics_do_not_list_an_initialization_a_failed_write_takes_back(tmp_path):
+    world = World(tmp_path)
+    world.persister = persister = HeldPersister(world.events)
+    orders = world.topics.create("orders", 1)
+    runtime = await world.started(runtime_cls=HeldWrites)
+    join = asyncio.ensure_future(hb(runtime, A, 0, ["orders"]))
+    await until(lambda: len(persister.pending()) == 1)
+    runtime.hold = True
+    persister.answer(orders.topic_id, 0)  # initialized in memory; its record's write is held
+    await until(lambda: runtime.held == 1)
+    described = asyncio.ensure_future(runtime.share_group_offsets("g", None))
+    await until(lambda: described.done() or runtime.held == 1)
+    fail_next_append(world.offsets)
+    runtime.hold = False
+    runtime.release.set()
+    assert (await join).error_code == 0
+    assert await described == []  # the log never had orders-0 initialized
+    await until(lambda: persister.pending())  # the rebuilt shard initialises orders-0 again
+    persister.answer_all()
     await runtime.stop()

@@ -53,7 +53,7 @@ async def handle(ctx, req) -> ShareGroupDescribeResponse:
             groups.append(DescribedGroup(group_id="", error_code=ErrorCode.INVALID_GROUP_ID))
             continue
         try:
-            description = runtime.active_coordinator(group_id).describe(group_id)
+            description = (await runtime.committed_coordinator(group_id)).describe(group_id)
         except KafkaError as e:
             groups.append(DescribedGroup(group_id=group_id, error_code=e.code, error_message=e.message))
             continue

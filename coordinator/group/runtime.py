@@ -488,6 +488,16 @@ class GroupCoordinatorRuntime:
         COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE like every request does."""
         return self._active_shard(group_id).coordinator
 
+    async def committed_coordinator(self, group_id: str) -> ShareGroupCoordinator:
+        """``active_coordinator`` once every write queued on the group's shard is persisted.
+        Kafka's read operations (ShareGroupDescribe, DescribeShareGroupOffsets) see the state at
+        the last committed offset: a member whose join is still being written is not shown, nor
+        what a failed write then takes back (the shard is rebuilt before its tail resolves)."""
+        shard = self._active_shard(group_id)
+        while shard.tail is not None and not shard.tail.done():
+            await asyncio.shield(shard.tail)
+        return self.active_coordinator(group_id)
+
     def loading(self) -> bool:
         """Whether some ``__consumer_offsets`` partition is still being loaded (ListGroups
         then answers COORDINATOR_LOAD_IN_PROGRESS, as Kafka's read-all operation does)."""
@@ -502,11 +512,12 @@ class GroupCoordinatorRuntime:
         that does not exist or a partition whose read failed is reported without a summary.
         Raises KafkaError when the shard is not available (``topics`` None) or the persister
         fails outright."""
+        coordinator = await self.committed_coordinator(group_id) if topics is None else None
         snapshot = self._topics.snapshot()
         out: list[TopicOffsets] = []
         wanted: list[tuple[TopicInfo, list[int]]] = []
         if topics is None:
-            for topic_id, partitions in self.active_coordinator(group_id).initialized_partitions(group_id).items():
+            for topic_id, partitions in coordinator.initialized_partitions(group_id).items():
                 topic = snapshot.topic_by_id(topic_id)
                 if topic is not None:
                     wanted.append((topic, sorted(partitions)))

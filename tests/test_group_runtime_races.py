@@ -226,3 +226,50 @@ async def test_share_group_offsets_of_all_topics_do_not_list_an_initialization_a
     await until(lambda: persister.pending())  # the rebuilt shard initialises orders-0 again
     persister.answer_all()
     await runtime.stop()
+
+
+# --- a __consumer_offsets partition whose writes keep failing ------------------------------------
+
+
+class CountingLoads(HeldWrites):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.loads = 0
+
+    async def _load_partition(self, partition, coordinator):
+        self.loads += 1
+        return await super()._load_partition(partition, coordinator)
+
+
+async def test_a_shard_whose_writes_keep_failing_is_not_rebuilt_in_a_loop(tmp_path):
+    """A full disk: every append fails. The failed write of an initialisation's outcome rebuilds
+    the shard; the rebuilt shard sets up the still-initializing partition again at once, that
+    write fails and rebuilds again, and so on: the partition's whole log replayed in a busy loop
+    for as long as the disk stays full. Consecutive failures back off (on the coordinator's
+    clock); the first one still rebuilds at once, and a write that succeeds resets it."""
+    world = World(tmp_path)
+    world.persister = persister = HeldPersister(world.events)
+    orders = world.topics.create("orders", 1)
+    runtime = await world.started(runtime_cls=CountingLoads)
+    join = asyncio.ensure_future(hb(runtime, A, 0, ["orders"]))
+    await until(lambda: len(persister.pending()) == 1)
+    original = world.offsets._append
+    world.offsets._append = failing_append
+    persister.answer(orders.topic_id, 0)  # the "initialized" write fails
+    assert (await join).error_code == 0
+    for _ in range(500):
+        await asyncio.sleep(0)
+    assert runtime.loads <= 2, runtime.loads  # at once, then once more before backing off
+    loads = runtime.loads
+    world.clock.advance(10_000)
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert loads < runtime.loads <= loads + 2
+    world.offsets._append = original  # the disk has room again
+    world.clock.advance(10_000)
+    await until(lambda: persister.pending())  # the rebuilt shard initialises orders-0 again
+    persister.answer_all()
+    await runtime.flush()
+    assert (await hb(runtime, A, 1)).error_code == 0
+    assert runtime.coordinator.for_group("g")._groups["g"].initialized_topics
+    await runtime.stop()

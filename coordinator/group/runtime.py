@@ -10,7 +10,8 @@ sans-IO state machine; this shell gives it its inputs and carries out what it as
   (and all earlier ones of its shard) are persisted. If a write fails, the shard is rebuilt
   from its log, as on a restart, and the writes queued behind the failed one are dropped
   (they were computed on state that never reached the log): their requests answer
-  COORDINATOR_NOT_AVAILABLE;
+  COORDINATOR_NOT_AVAILABLE. Writes that keep failing (a full disk) reload it less and less
+  often (``REBUILD_BACKOFF_MS``) instead of in a loop of catch-up writes;
 * loading: at start every non-empty partition is replayed in the background (``loader``);
   until its shard is loaded, requests for its groups answer COORDINATOR_LOAD_IN_PROGRESS.
   A loaded shard gives its members fresh session deadlines and catches up with topic
@@ -87,6 +88,9 @@ DepartureListener = Callable[[str, str], None]
 StateInvalidator = Callable[[str, "list[tuple[uuid.UUID, int]] | None"], None]
 LOAD_IN_PROGRESS_MESSAGE = "The coordinator is loading and hence can't process requests."
 INITIALIZATION_WAIT_S = 5.0  # a heartbeat waits at most this long for its group's share-state initialisation
+# A shard whose writes fail again right after a rebuild (a full disk) reloads after this long,
+# doubling up to the second value: its catch-up writes would otherwise fail and rebuild it in a loop.
+REBUILD_BACKOFF_MS = (100, 5_000)
 
 
 class TimerHandle(Protocol):
@@ -163,7 +167,7 @@ class StaleWrite(Exception):
 class _Shard:
     """One ``__consumer_offsets`` partition's coordinator and its write queue."""
 
-    __slots__ = ("partition", "coordinator", "state", "tail", "generation", "loading", "backlog")
+    __slots__ = ("partition", "coordinator", "state", "tail", "generation", "loading", "backlog", "failures")
 
     def __init__(self, partition: int) -> None:
         self.partition = partition
@@ -173,6 +177,7 @@ class _Shard:
         self.generation = 0  # bumped by every rebuild: older queued writes are stale
         self.loading: asyncio.Task | None = None
         self.backlog: list[CoordinatorRecord] = []  # produced while no event loop ran
+        self.failures = 0  # writes failed since the last one that succeeded
 
 
 PersisterSource = Union["Persister", Callable[[], "Persister"], None]
@@ -308,18 +313,20 @@ class GroupCoordinatorRuntime:
 
     # ------------------------------------------------------------------ loading
 
-    def _start_loading(self, shard: _Shard) -> None:
+    def _start_loading(self, shard: _Shard, delay_ms: int = 0) -> None:
         shard.state = ShardState.LOADING
         shard.coordinator = None
-        task = asyncio.get_running_loop().create_task(self._load(shard))
+        task = asyncio.get_running_loop().create_task(self._load(shard, delay_ms))
         shard.loading = task
         self._track_task(task)
 
-    async def _load(self, shard: _Shard) -> None:
+    async def _load(self, shard: _Shard, delay_ms: int = 0) -> None:
         generation = shard.generation
-        coordinator = self._new_coordinator()
-        started = time.monotonic()
         try:
+            if delay_ms:
+                await self._sleep_ms(delay_ms)
+            coordinator = self._new_coordinator()
+            started = time.monotonic()
             summary = await self._load_partition(shard.partition, coordinator)
         except asyncio.CancelledError:
             shard.loading = None
@@ -343,6 +350,16 @@ class GroupCoordinatorRuntime:
     async def _load_partition(self, partition: int, coordinator: ShareGroupCoordinator) -> LoadSummary:
         """Replay one partition into ``coordinator`` (a seam for tests that hold loading)."""
         return await load_partition(self._offsets, partition, coordinator, chunk_bytes=self._load_buffer_bytes)
+
+    async def _sleep_ms(self, delay_ms: int) -> None:
+        """Wait ``delay_ms`` on the coordinator's clock."""
+        waiter = asyncio.get_running_loop().create_future()
+        timer = self._clock.call_at(self._clock.now_ms() + delay_ms,
+                                    lambda: waiter.done() or waiter.set_result(None))
+        try:
+            await waiter
+        finally:
+            timer.cancel()
 
     def _activate(self, shard: _Shard) -> None:
         """A shard became usable: members get session deadlines, topic changes made while
@@ -865,7 +882,9 @@ class GroupCoordinatorRuntime:
                 if records:
                     try:
                         await self._persist(records)
+                        shard.failures = 0
                     except Exception as e:
+                        shard.failures += 1
                         quiet = _storage_error(e)  # a full disk: the log reports it, once, not per write
                         log.log(logging.DEBUG if quiet else logging.ERROR, "persisting %d share-group record(s) "
                                 "to %s-%d failed; rebuilding its groups from the log", len(records),
@@ -883,15 +902,20 @@ class GroupCoordinatorRuntime:
         return task
 
     async def _rebuild(self, shard: _Shard) -> None:
-        """Throw the shard's state away and replay its log (what a restart would do)."""
+        """Throw the shard's state away and replay its log (what a restart would do): at once
+        after one failed write, backed off after several in a row (the reload's own catch-up
+        writes, such as initialisations it sets up again, would fail and rebuild it in a loop)."""
         shard.generation += 1
         if shard.loading is not None:
             shard.loading.cancel()
         shard.state, shard.coordinator = ShardState.LOADING, None
         if self._stopped:
             return
-        self._start_loading(shard)
-        await asyncio.shield(shard.loading)
+        first, most = REBUILD_BACKOFF_MS
+        delay = 0 if shard.failures <= 1 else min(first << min(shard.failures - 2, 16), most)
+        self._start_loading(shard, delay)
+        if not delay:  # (a backed-off reload is not waited for: its groups answer LOAD_IN_PROGRESS)
+            await asyncio.shield(shard.loading)
 
     @staticmethod
     async def _settled(write: Awaitable[None]) -> None:

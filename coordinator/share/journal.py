@@ -59,6 +59,8 @@ class LogJournal:
         self.clock_ms = clock_ms
         # (partition, last offset) of appends that must be fsynced before they are answered.
         self._to_flush: set[tuple[int, int]] = set()
+        # Per partition, the end of the last append that asked for an fsync (``committed``).
+        self._flush_wanted: dict[int, int] = {}
         # Records appended per partition: the state checkpoints check that every record the
         # log gained since a load came from here (``checkpoint.Checkpointer``).
         self.appended: dict[int, int] = {}
@@ -83,6 +85,7 @@ class LogJournal:
         info = self.partitions.append(lg, batch, [parse_header(batch)])
         if info.needs_flush:
             self._to_flush.add((partition, info.last_offset))
+            self._flush_wanted[partition] = info.last_offset + 1
         self.appended[partition] = self.appended.get(partition, 0) + info.last_offset + 1 - info.first_offset
         return list(range(info.first_offset, info.last_offset + 1))
 
@@ -90,11 +93,21 @@ class LogJournal:
         if not offsets or (partition, offsets[-1]) not in self._to_flush:
             return
         self._to_flush.discard((partition, offsets[-1]))
+        await self._flush(partition, offsets[-1] + 1)
+
+    async def committed(self, partition: int) -> None:
+        """Return once every append to ``partition`` so far is committed: the fsyncs they
+        asked for are done (raises ``AppendError`` if one failed)."""
+        upto = self._flush_wanted.get(partition)
+        if upto is not None:
+            await self._flush(partition, upto)
+
+    async def _flush(self, partition: int, upto: int) -> None:
         lg = self.store.get(self.topic, partition)
         if lg is None:
             raise AppendError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                               log_message=f"{self.topic}-{partition} does not exist")
         try:
-            await lg.flush(offsets[-1] + 1)
+            await lg.flush(upto)
         except KafkaStorageError as e:
             raise AppendError(ErrorCode.KAFKA_STORAGE_ERROR, log_message=str(e)) from None

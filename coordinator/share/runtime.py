@@ -17,7 +17,8 @@
   not parse is not coordinated: its keys answer NOT_COORDINATOR.
 - **Pruning.** Every ``share.coordinator.state.topic.prune.interval.ms`` each partition's log
   start offset is moved up to the shard's ``last_redundant_offset`` (the oldest record some key
-  still needs), which deletes the segments wholly below it.
+  still needs), once the records before it are committed (fsynced if they asked for it), which
+  deletes the segments wholly below it.
 - **Checkpoints.** Every ``kshare.share.coordinator.state.checkpoint.interval.ms`` a partition
   that a load would have to read many records of gets a state checkpoint beside its log
   (``checkpoint``): the loader's result up to the log end, written once the log is fsynced
@@ -42,6 +43,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from broker.partitions import AppendError
 from persister.in_process import InProcessPersister
 from persister.network import NetworkPersister
 from protocol.coordinator_serde import SHARE_GROUP_STATE_TOPIC
@@ -245,11 +247,11 @@ class ShareCoordinatorRuntime:
         while True:
             await asyncio.sleep(self.prune_interval_s)
             try:
-                self.prune()
+                await self.prune()
             except Exception:
                 log.exception("pruning %s failed", SHARE_GROUP_STATE_TOPIC)
 
-    def prune(self) -> dict[int, int]:
+    async def prune(self) -> dict[int, int]:
         """Move each served partition's log start up to its last redundant offset; returns the
         new log start offsets of the partitions that moved."""
         moved = {}
@@ -259,6 +261,18 @@ class ShareCoordinatorRuntime:
             offset = shard.last_redundant_offset()
             lg = self.broker.store.get(SHARE_GROUP_STATE_TOPIC, p)
             if offset is None or lg is None or offset <= lg.start_offset:
+                continue
+            # The offset counts records replayed as soon as they were appended. As Kafka, which
+            # reads lastRedundantOffset in a write operation that completes only once every
+            # record written before it is committed, delete below it only once those records
+            # are fsynced (when log.flush.interval.messages asks for it): a failed or lost fsync
+            # must not leave the log without the records they superseded.
+            try:
+                await self.journal.committed(p)
+            except AppendError as e:
+                log.warning("not pruning %s-%d: %s", SHARE_GROUP_STATE_TOPIC, p, e)
+                continue
+            if not self.service.serving(p) or self.broker.store.get(SHARE_GROUP_STATE_TOPIC, p) is not lg:
                 continue
             lg.delete_records_before(min(offset, lg.end_offset))
             moved[p] = lg.start_offset
@@ -278,7 +292,7 @@ class ShareCoordinatorRuntime:
         for r in results:
             if isinstance(r, BaseException):
                 log.warning("could not snapshot %s at shutdown: %s", SHARE_GROUP_STATE_TOPIC, r)
-        self.prune()
+        await self.prune()
 
 
 def install(broker: Broker) -> ShareCoordinatorRuntime:

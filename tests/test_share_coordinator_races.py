@@ -22,6 +22,7 @@ from coordinator.share.shard import ShareCoordinatorShard, SharePartitionKey
 from protocol.coordinator_serde import SHARE_GROUP_STATE_TOPIC
 from protocol.errors import ErrorCode
 from protocol.messages import initialize_share_group_state_request as ireq
+from protocol.messages import read_share_group_state_request as rreq
 from protocol.messages import write_share_group_state_request as wreq
 
 G = "g"
@@ -162,3 +163,30 @@ def test_pruning_moves_once_the_fsync_in_flight_succeeds(tmp_path):
             assert await pruned == {0: 2}
 
     asyncio.run(scenario())
+
+
+def read_request(topic_id):
+    return rreq.ReadShareGroupStateRequest(G, [rreq.ReadStateData(topic_id, [rreq.PartitionData(0, 0)])])
+
+
+def test_a_snapshot_the_coordinator_writes_itself_is_built_on_the_state_it_is_applied_to(tmp_path):
+    """The stop's snapshots are computed from the shard, then written by tasks of their own.
+    A write that runs in between (it was ready first) is answered, and the stale snapshot
+    appended after it then takes the key back to the state before it. Kafka computes such
+    records inside a write operation, on the state the records are then applied to."""
+    async def scenario():
+        async with broker_on(tmp_path / "data", {"share.coordinator.snapshot.update.records.per.snapshot": "500"}) as b:
+            topic_id = b.topics.create("t", 1).topic_id
+            svc, runtime = b.share_coordinator, b.share_coordinator_runtime
+            assert code_of(await svc.initialize_state(init_request(topic_id))) == 0
+            assert code_of(await svc.write_state(write_request(topic_id, 10))) == 0  # an update to snapshot
+            _, written = await asyncio.gather(runtime.snapshot_and_prune(),
+                                              svc.write_state(write_request(topic_id, 30)))
+            assert code_of(written) == 0
+            rsp = await svc.read_state(read_request(topic_id))
+            assert rsp.results[0].partitions[0].start_offset == 30
+            return topic_id
+
+    topic_id = asyncio.run(scenario())
+    state = reload(tmp_path / "data").state(SharePartitionKey(G, topic_id, 0))
+    assert state is not None and state.start_offset == 30

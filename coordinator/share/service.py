@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 from uuid import UUID
@@ -194,15 +194,21 @@ class ShareCoordinatorService:
 
     # --- records written by the coordinator itself --------------------------------------------
 
-    async def write_records(self, partition: int, records: list[CoordinatorRecord]) -> None:
-        """Append, replay and sync records the coordinator decided on by itself (snapshots)."""
+    def write_records(self, partition: int, records: list[CoordinatorRecord]) -> Awaitable[None]:
+        """Append and replay records the coordinator decided on by itself (snapshots, tombstones)
+        now, not when a task gets to them: they were computed from the shard's state, and a
+        request running in between would be undone by them (Kafka computes them inside a write
+        operation). Returns what waits for their sync and raises a failure."""
         if not records or not self.serving(partition):
-            return
+            return _completed()
         shard = self.shard(partition)
-        offsets = self.journal.append(partition, records)
+        try:
+            offsets = self.journal.append(partition, records)
+        except Exception as e:
+            return _completed(e)
         for offset, rec in zip(offsets, records):
             shard.replay(offset, rec.key, rec.value)
-        await self.journal.sync(partition, offsets)
+        return self.journal.sync(partition, offsets)
 
     # --- plumbing -----------------------------------------------------------------------------
 
@@ -272,6 +278,11 @@ class ShareCoordinatorService:
         level = logging.DEBUG if code == ErrorCode.KAFKA_STORAGE_ERROR else logging.WARNING
         log.log(level, "%s failed to write to the log: %s", api.operation, e)
         return _error_response(api, sub, mapped, f"Unable to {api.operation}: {e}")
+
+
+async def _completed(error: Exception | None = None) -> None:
+    if error is not None:
+        raise error
 
 
 async def _outcome(aw):

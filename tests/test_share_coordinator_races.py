@@ -29,38 +29,49 @@ G = "g"
 
 
 class HeldExecutor(concurrent.futures.Executor):
-    """Runs nothing until the test says so: ``release()`` runs the held jobs, ``fail()`` fails
-    them as a failed fsync does."""
+    """The store's fsync executor: runs jobs at once until ``hold()``; then keeps them until
+    ``release()`` runs them or ``fail()`` fails them as a failed fsync does (and stops holding)."""
 
     def __init__(self) -> None:
+        self.holding = False
         self.held: list[tuple[concurrent.futures.Future, object]] = []
         self.submitted = asyncio.Event()
 
     def submit(self, fn, /, *args, **kwargs):
         fut: concurrent.futures.Future = concurrent.futures.Future()
+        if not self.holding:
+            fut.set_result(fn(*args, **kwargs))
+            return fut
         self.held.append((fut, lambda: fn(*args, **kwargs)))
         self.submitted.set()
         return fut
 
+    def hold(self) -> None:
+        self.holding = True
+
     def release(self) -> None:
+        self.holding = False
         for fut, job in self.held:
             fut.set_result(job())
         self.held.clear()
 
     def fail(self) -> None:
+        self.holding = False
         for fut, _ in self.held:
             fut.set_exception(OSError(5, "Input/output error"))
         self.held.clear()
 
 
 @asynccontextmanager
-async def broker_on(data: Path, extra: dict | None = None):
+async def broker_on(data: Path, extra: dict | None = None, executor: HeldExecutor | None = None):
+    data.mkdir(parents=True, exist_ok=True)
     b = Broker(BrokerConfig({
         "log.dirs": str(data), "listeners": "PLAINTEXT://127.0.0.1:0",
         "offsets.topic.num.partitions": "1", "share.coordinator.state.topic.num.partitions": "1",
         "log.flush.interval.messages": "1", "share.coordinator.state.topic.segment.bytes": "100",
         "share.coordinator.snapshot.update.records.per.snapshot": "1",
-        "share.coordinator.state.topic.prune.interval.ms": "3600000", **(extra or {})}))
+        "share.coordinator.state.topic.prune.interval.ms": "3600000", **(extra or {})}),
+        store=FileLogStore(str(data), executor=executor or HeldExecutor()))
     await b.start()
     try:
         yield b
@@ -113,8 +124,10 @@ def test_pruning_waits_for_the_fsync_of_the_snapshot_it_prunes_up_to(tmp_path):
     completes only once every record written before it is committed."""
     data = tmp_path / "data"
 
+    held = HeldExecutor()
+
     async def scenario():
-        async with broker_on(data) as b:
+        async with broker_on(data, executor=held) as b:
             topic_id = b.topics.create("t", 1).topic_id
             svc, runtime = b.share_coordinator, b.share_coordinator_runtime
             assert code_of(await svc.initialize_state(init_request(topic_id))) == 0  # snapshot, offset 0
@@ -122,8 +135,7 @@ def test_pruning_waits_for_the_fsync_of_the_snapshot_it_prunes_up_to(tmp_path):
             lg = b.store.get(SHARE_GROUP_STATE_TOPIC, 0)
             part_dir = Path(lg.directory)
             durable = durable_sizes(part_dir)
-            held = HeldExecutor()
-            lg._committer.executor = held
+            held.hold()
             # The next write is a snapshot (one update since the last one) at offset 2.
             write = asyncio.ensure_future(svc.write_state(write_request(topic_id, 20, [(20, 29, 2, 1)])))
             await held.submitted.wait()
@@ -144,15 +156,15 @@ def test_pruning_waits_for_the_fsync_of_the_snapshot_it_prunes_up_to(tmp_path):
 
 
 def test_pruning_moves_once_the_fsync_in_flight_succeeds(tmp_path):
+    held = HeldExecutor()
+
     async def scenario():
-        async with broker_on(tmp_path / "data") as b:
+        async with broker_on(tmp_path / "data", executor=held) as b:
             topic_id = b.topics.create("t", 1).topic_id
             svc, runtime = b.share_coordinator, b.share_coordinator_runtime
             assert code_of(await svc.initialize_state(init_request(topic_id))) == 0
             assert code_of(await svc.write_state(write_request(topic_id, 10))) == 0
-            lg = b.store.get(SHARE_GROUP_STATE_TOPIC, 0)
-            held = HeldExecutor()
-            lg._committer.executor = held
+            held.hold()
             write = asyncio.ensure_future(svc.write_state(write_request(topic_id, 20, [(20, 29, 2, 1)])))
             await held.submitted.wait()
             pruned = asyncio.ensure_future(runtime.prune())

@@ -7,6 +7,7 @@ acks=0 cases run over a socket against the shared broker.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import time
 
@@ -16,7 +17,7 @@ from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.context import RequestContext
 from broker.handlers import produce as produce_handler
-from broker.log import segment
+from broker.log import FileLogStore, segment
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.records import CRC_OFFSET, build_batch
@@ -32,6 +33,7 @@ from tests.test_produce_support import (
     produce_request,
     records_of,
 )
+from tests.test_share_coordinator_races import HeldExecutor
 
 
 class FakeConnection:
@@ -144,6 +146,33 @@ async def test_a_segment_roll_the_disk_refuses_answers_storage_error(local, monk
     monkeypatch.undo()
     p = await produce_one(local, "t", batch([b"y" * 600]))
     assert (p.error_code, p.base_offset) == (0, 1)
+
+
+async def test_a_topic_deleted_while_a_produce_waits_for_its_fsync_does_not_fail_it(tmp_path):
+    """The append (a roll to a new segment) came before the deletion; its fsync round starts
+    after, with the partition's directory gone. That is no disk failure: in Kafka the flush is
+    part of the append, which the deletion cannot interrupt, so the produce is answered as
+    appended, not KAFKA_STORAGE_ERROR (which a producer would retry into a topic created again)."""
+    held = HeldExecutor()
+    data = tmp_path / "data"
+    data.mkdir()
+    b = Broker(BrokerConfig({"log.dirs": str(data), "log.flush.interval.messages": "1"}),
+               store=FileLogStore(str(data), executor=held))
+    try:
+        b.topics.create("t", 1, {"segment.bytes": "150"})
+        lg = b.store.get("t", 0)
+        held.hold()
+        first = asyncio.ensure_future(produce_one(b, "t", batch([b"a" * 40])))
+        await held.submitted.wait()  # its fsync round runs (held)
+        second = asyncio.ensure_future(produce_one(b, "t", batch([b"b" * 40])))
+        while lg.end_offset < 2:  # appended (in a new segment); its flush waits for the next round
+            await asyncio.sleep(0)
+        assert len(lg.segments) == 2
+        b.topics.delete("t")
+        held.release()
+        assert [((p := await f).error_code, p.base_offset) for f in (first, second)] == [(0, 0), (0, 1)]
+    finally:
+        await b.store.close()
 
 
 async def test_record_checks_map_to_corrupt_message_and_invalid_record(local):

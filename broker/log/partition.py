@@ -529,6 +529,13 @@ class Log:
     def _prepare_flush(self):
         target = self.end_offset
         durable = self._committer.durable
+        if self._closed:
+            # Nothing left to sync: the store flushed it before closing it, or it was deleted
+            # (its paths gone, or taken by a topic created again). Not a disk failure: an append
+            # made before the deletion is answered as made, as Kafka's flush-in-append is.
+            self._sync_paths = []
+            self._dir_dirty = False
+            return target, None
         handles = []
         try:
             for seg in reversed(self._segments):

@@ -367,6 +367,23 @@ async def test_deleting_the_topic_answers_a_waiting_fetch(local):
     assert resp.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
+async def test_a_topic_created_again_while_a_fetch_waits_is_not_read_under_the_old_id(local):
+    """Deleted and created again under its name during the long poll: a fetch that named the
+    old topic id gets Kafka's topic-id check (INCONSISTENT_TOPIC_ID, from ReplicaManager's
+    readFromLog), not the new topic's records nor the answer for a partition that is gone."""
+    old_id = local.topics.create("t", 1).topic_id
+    req = fetch_request("t", 0, max_wait_ms=30_000, min_bytes=1, topic_id=old_id)
+    task = asyncio.ensure_future(fetch_handler.handle(ctx(local, 1, 16), req))
+    while not local.partitions.waiting(data_key("t", 0)):
+        await asyncio.sleep(0)
+    local.topics.delete("t")
+    local.topics.create("t", 1)
+    await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"new"])))
+    (t,) = (await asyncio.wait_for(task, 5)).responses
+    assert t.topic_id == old_id
+    assert [(p.error_code, p.records) for p in t.partitions] == [(ErrorCode.INCONSISTENT_TOPIC_ID, b"")]
+
+
 async def test_log_start_offset_moves_are_reflected(local):
     local.topics.create("t", 1)
     for v in (b"a", b"b", b"c"):

@@ -78,7 +78,7 @@ class _Plan:
     (KafkaApis' ``erroneous``) and appends after the rest. ``errors``: a partition that exists
     was refused, which answers at once. ``storage_error``: this version's answer for an offline log."""
 
-    __slots__ = ("responses", "readable", "unknown", "errors", "storage_error")
+    __slots__ = ("responses", "readable", "unknown", "errors", "storage_error", "by_id")
 
     def __init__(self, v: int) -> None:
         self.responses: list[FetchableTopicResponse] = []
@@ -86,6 +86,7 @@ class _Plan:
         self.unknown: list[tuple[object, PartitionData]] = []
         self.errors = False
         self.storage_error = ErrorCode.NOT_LEADER_OR_FOLLOWER if v <= 5 else ErrorCode.KAFKA_STORAGE_ERROR
+        self.by_id = v >= 13
 
 
 def _topic_key(v: int):
@@ -170,14 +171,23 @@ def _append_unknown(plan: _Plan, v: int) -> None:
         responses[-1].partitions.append(pd)
 
 
-def _read(plan: _Plan, max_bytes: int) -> int:
+def _gone(plan: _Plan, lg, store) -> ErrorCode:
+    """A partition deleted while the fetch waited: UNKNOWN_TOPIC_OR_PARTITION, or, when a topic
+    created again under its name holds it now and the request named the old topic id, Kafka's
+    topic-id check in readFromLog (INCONSISTENT_TOPIC_ID)."""
+    if plan.by_id and store.get(lg.topic, lg.partition) is not None:
+        return ErrorCode.INCONSISTENT_TOPIC_ID
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def _read(plan: _Plan, max_bytes: int, store) -> int:
     """Fill the readable partitions in order; returns the bytes read (KIP-74 budget rules)."""
     limit = max_bytes
     min_one = True
     total = 0
     for pd, lg, fp in plan.readable:
         if lg.closed or lg.offline:  # deleted, or gone offline, while we waited
-            _set_error(pd, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if lg.closed else plan.storage_error)
+            _set_error(pd, _gone(plan, lg, store) if lg.closed else plan.storage_error)
             plan.errors = True
             continue
         budget = min(fp.partition_max_bytes, limit)
@@ -214,10 +224,10 @@ async def handle(ctx, req) -> FetchResponse:
     max_bytes = broker.server.response_bytes(min(req.max_bytes, broker.config["fetch.max.bytes"]))
     min_bytes = min(req.min_bytes, max_bytes)
     plan = _plan(broker, req, v)
-    total = _read(plan, max_bytes)
+    total = _read(plan, max_bytes, broker.store)
     if total < min_bytes and req.max_wait_ms > 0 and plan.readable and not plan.errors:
         await _wait(broker, plan, total, min_bytes, req.max_wait_ms / 1000)
-        _read(plan, max_bytes)
+        _read(plan, max_bytes, broker.store)
     if plan.unknown:
         _append_unknown(plan, v)
     resp = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=plan.responses)

@@ -305,13 +305,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 assert max(partitions) < topic.num_partitions
 
     @invariant()
-    def initializing_and_initialized_only_during_a_reset(self):
+    def state_sets_are_disjoint_but_for_resets(self):
         group = self.group()
         if group is None:
             return
         for topic_id, (_, partitions) in group.initializing_topics.items():
             both = partitions & group.initialized_topics.get(topic_id, ("", frozenset()))[1]
             assert {(topic_id, p) for p in both} <= self.reset_named, (topic_id, both)
+        assert not set(group.initialized_topics) & set(group.deleting_topics)
 
     @invariant()
     def bookkeeping_holds_only_live_entries(self):

@@ -140,6 +140,26 @@ def test_delete_offsets_of_a_topic_without_state_and_a_retried_deleting_topic():
     assert again.to_delete == {ORDERS.topic_id: ("orders", frozenset({0, 1, 2}))}  # every partition, as Kafka
 
 
+def test_an_initialisation_answered_after_the_group_deletion_began_assigns_nothing_being_deleted():
+    """An offsets reset's InitializeShareGroupState outlives the runtime's wait and answers after
+    DeleteGroups moved the partitions to deleting; the DeleteShareGroupState then fails. The late
+    answer must not make them assignable: their state may be gone. A member that joins gets them
+    once they are initialised again."""
+    c = coordinator()
+    reset = alter(c, "g", [("payments", [(0, 0), (1, 0)])])
+    deletion = c.prepare_group_deletion("g")
+    assert deletion.request.pairs() == [(PAYMENTS.topic_id, 0), (PAYMENTS.topic_id, 1)]
+    late = c.initialize_share_state("g", reset.request.partitions)
+    joined = c.heartbeat("g", MEMBER, 0, None, ["payments"], "cli", HOST, 0)  # the deletion failed: not deleted
+    assert joined.assignment == []
+    assert joined.initialize.pairs() == [(PAYMENTS.topic_id, 0), (PAYMENTS.topic_id, 1)]
+    done = c.initialize_share_state("g", joined.initialize.partitions)
+    again = c.heartbeat("g", MEMBER, joined.member_epoch, None, None, "cli", HOST, 0)
+    assert again.assignment == [(PAYMENTS.topic_id, [0, 1])]
+    assert replayed(reset.records + deletion.records + late + joined.records + done + again.records
+                    ).snapshot() == c.snapshot()
+
+
 def test_delete_offsets_errors_and_a_group_without_share_state():
     c = coordinator()
     with pytest.raises(KafkaError) as e:

@@ -98,10 +98,14 @@ def initializing_record(group: ShareGroup, change: TopicPartitions, topics: Topi
 
 def initialized_record(group: ShareGroup, done: Mapping[uuid.UUID, Iterable[int]],
                        topics: TopicLookup) -> CoordinatorRecord | None:
-    """Kafka's ``initializeShareGroupState``: ``done`` moves from initializing to initialized."""
+    """Kafka's ``initializeShareGroupState``: ``done`` moves from initializing to initialized.
+    Unlike Kafka, partitions of a topic being deleted only leave initializing: such an answer
+    arrived after a DeleteGroups / DeleteShareGroupOffsets sent since, which may delete that
+    state; were they initialized, a member could be assigned them with no state behind them.
+    A later heartbeat initialises them again (that takes them out of deleting)."""
     if not done:
         return None
-    enriched = {t: (_name(topics, t), frozenset(ps)) for t, ps in done.items()}
+    enriched = {t: (_name(topics, t), frozenset(ps)) for t, ps in done.items() if t not in group.deleting_topics}
     if not group.has_state_metadata:
         return rec.state_partition_metadata(group.group_id, {}, enriched, {})
     initializing = {}

@@ -141,6 +141,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 assert r.departed == [("g", member)] and r.member_epoch == -1
             del self.epochs[member]
 
+    @precondition(lambda self: self.epochs)
+    @rule()
+    def everyone_leaves(self):
+        """The group empties (then admin operations may run)."""
+        for member in sorted(self.epochs):
+            self.leave(member)
+
     @rule(ms=st.integers(1, 60_000))
     def time_passes(self, ms):
         self.now += ms

@@ -580,10 +580,7 @@ class GroupCoordinatorRuntime:
         pending = self._begin_initialization(plan.request)
         ok = False
         try:
-            try:
-                await self._settled(self._queue(shard, plan.records))
-            except Exception:
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
+            await self._written(shard, plan.records)
             pairs = plan.request.pairs()
             if invalidate is not None:
                 invalidate(group_id, pairs)
@@ -597,10 +594,7 @@ class GroupCoordinatorRuntime:
                 return results
             shard = self._active_shard(group_id)
             records = shard.coordinator.initialize_share_state(group_id, plan.request.partitions)
-            try:
-                await self._settled(self._queue(shard, records))
-            except Exception:
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
+            await self._written(shard, records)
             ok = True
             return results
         finally:
@@ -639,10 +633,7 @@ class GroupCoordinatorRuntime:
         shard = self._active_shard(group_id)
         step = shard.coordinator.prepare_offsets_delete(group_id, topic_names)
         errors = [DeletedTopic(name, None, int(code), msg) for name, code, msg in step.errors]
-        try:
-            await self._settled(self._queue(shard, step.records))
-        except Exception:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
+        await self._written(shard, step.records)
         if not step.to_delete:
             return errors
         pairs = [(t, p) for t, (_, ps) in sorted(step.to_delete.items()) for p in sorted(ps)]
@@ -665,10 +656,7 @@ class GroupCoordinatorRuntime:
         if deleted:
             shard = self._active_shard(group_id)
             records = shard.coordinator.complete_offsets_delete(group_id, [t.topic_id for t in deleted])
-            try:
-                await self._settled(self._queue(shard, records))
-            except Exception:
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
+            await self._written(shard, records)
         return deleted + errors + failed
 
     def group_settings(self, group_id: str) -> EffectiveGroupConfig:

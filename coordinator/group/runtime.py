@@ -510,9 +510,7 @@ class GroupCoordinatorRuntime:
         Kafka's read operations (ShareGroupDescribe, DescribeShareGroupOffsets) see the state at
         the last committed offset: a member whose join is still being written is not shown, nor
         what a failed write then takes back (the shard is rebuilt before its tail resolves)."""
-        shard = self._active_shard(group_id)
-        while shard.tail is not None and not shard.tail.done():
-            await asyncio.shield(shard.tail)
+        await self._drained(self._active_shard(group_id))
         return self.active_coordinator(group_id)
 
     def loading(self) -> bool:
@@ -804,8 +802,7 @@ class GroupCoordinatorRuntime:
         min_records = self.compact_min_records if min_records is None else min_records
         if lg.end_offset - lg.start_offset < min_records:
             return False
-        while shard.tail is not None and not shard.tail.done():  # after every queued write
-            await asyncio.shield(shard.tail)
+        await self._drained(shard)
         if shard.state is not ShardState.ACTIVE:
             return False
         records = shard.coordinator.snapshot_records()
@@ -904,6 +901,13 @@ class GroupCoordinatorRuntime:
         self._start_loading(shard, delay)
         if not delay:  # (a backed-off reload is not waited for: its groups answer LOAD_IN_PROGRESS)
             await asyncio.shield(shard.loading)
+
+    @staticmethod
+    async def _drained(shard: _Shard) -> None:
+        """Wait until every write queued on ``shard`` so far is done (persisted, or failed and
+        the shard rebuilt), without being able to cancel them."""
+        while shard.tail is not None and not shard.tail.done():
+            await asyncio.shield(shard.tail)
 
     @staticmethod
     async def _settled(write: Awaitable[None]) -> None:

@@ -10,9 +10,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from broker.handlers import share_group_describe
+from broker.handlers import describe_groups, list_groups, share_group_describe
 from broker.log import KafkaStorageError
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.describe_groups_request import DescribeGroupsRequest
+from protocol.messages.list_groups_request import ListGroupsRequest
 from protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
 
 from .test_group_persistence import A, B, FakePersister, Runtime, World, hb
@@ -203,6 +205,35 @@ async def test_share_group_describe_does_not_show_a_join_that_a_failed_write_tak
     (group,) = (await describe).groups
     assert (group.error_code, [m.member_id for m in group.members]) == (0, [A])
     world.offsets._append = original
+    await runtime.stop()
+
+
+async def test_list_and_describe_groups_do_not_show_a_group_whose_creation_a_failed_write_takes_back(tmp_path):
+    """ListGroups and DescribeGroups read at the last committed offset too: while the first
+    join's write is pending the group is not there yet, and after it fails it never was."""
+    world = World(tmp_path)
+    world.topics.create("orders", 1)
+    runtime = await world.started(runtime_cls=HeldWrites)
+    ctx = SimpleNamespace(broker=SimpleNamespace(group_coordinator=runtime), api_version=6)
+    original = world.offsets._append
+    runtime.hold = True
+    join = asyncio.ensure_future(hb(runtime, A, 0, ["orders"]))
+    await until(lambda: runtime.held == 1)
+    listed = asyncio.ensure_future(list_groups.handle(ctx, ListGroupsRequest()))
+    described = asyncio.ensure_future(describe_groups.handle(ctx, DescribeGroupsRequest(groups=["g"])))
+    await until(lambda: listed.done() or described.done() or runtime.held == 1)
+    world.offsets._append = failing_append
+    runtime.hold = False
+    runtime.release.set()
+    assert (await join).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert (await listed).groups == []
+    (group,) = (await described).groups
+    assert (group.error_code, group.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group g not found.")
+    world.offsets._append = original
+    await hb(runtime, A, 0, ["orders"])  # the rebuilt shard takes the join now
+    assert [g.group_id for g in (await list_groups.handle(ctx, ListGroupsRequest())).groups] == ["g"]
+    (group,) = (await describe_groups.handle(ctx, DescribeGroupsRequest(groups=["g"]))).groups
+    assert group.error_message == "Group g is not a classic group."
     await runtime.stop()
 
 

@@ -2,7 +2,8 @@
 group id is answered the way Kafka 4.2 answers one that is not a classic group: state "Dead",
 no members, empty protocol type and data; from v6 (KIP-1043) with GROUP_ID_NOT_FOUND and the
 message "Group <id> is not a classic group." for a share group or "Group <id> not found."
-otherwise. A shard still loading answers COORDINATOR_LOAD_IN_PROGRESS for its groups.
+otherwise, as of the group's persisted writes (Kafka reads at the last committed offset). A
+shard still loading answers COORDINATOR_LOAD_IN_PROGRESS for its groups.
 Authorized operations (v3+) are filled in only for results without an error.
 """
 
@@ -19,9 +20,9 @@ MIN_VERSION, MAX_VERSION = 0, 6
 DEAD = "Dead"
 
 
-def _describe(runtime, group_id: str, version: int) -> DescribedGroup:
+async def _describe(runtime, group_id: str, version: int) -> DescribedGroup:
     try:
-        coordinator = runtime.active_coordinator(group_id)
+        coordinator = await runtime.committed_coordinator(group_id)
     except KafkaError as e:
         return DescribedGroup(group_id=group_id, error_code=e.code, error_message=e.message if version >= 6 else None)
     if version < 6:
@@ -37,7 +38,7 @@ def _describe(runtime, group_id: str, version: int) -> DescribedGroup:
 async def handle(ctx, req) -> DescribeGroupsResponse:
     runtime = ctx.broker.group_coordinator
     v = ctx.api_version
-    groups = [_describe(runtime, group_id, v) for group_id in req.groups]
+    groups = [await _describe(runtime, group_id, v) for group_id in req.groups]
     if v >= 3 and req.include_authorized_operations:
         for g in groups:
             if g.error_code == ErrorCode.NONE:

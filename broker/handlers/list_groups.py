@@ -5,7 +5,9 @@ Filters as Kafka 4.2 applies them: StatesFilter (v4+) is compared case-insensiti
 trimming, TypesFilter (v5+) names group types case-insensitively (an unknown name matches no
 group); an empty filter matches everything. While a ``__consumer_offsets`` partition is
 still loading the answer is COORDINATOR_LOAD_IN_PROGRESS with no groups, as Kafka's
-read-all-shards operation fails then.
+read-all-shards operation fails then. Like Kafka's, the answer is the groups as of the
+writes persisted: it waits for those queued (a group whose creation a failed write takes
+back is never listed).
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ def _matches(state: str, states: set[str], types: set[str]) -> bool:
 
 async def handle(ctx, req) -> ListGroupsResponse:
     runtime = ctx.broker.group_coordinator
-    if runtime.loading():
+    listed = await runtime.committed_groups()
+    if listed is None:
         return ListGroupsResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
     v = ctx.api_version
     states = {s.strip().lower() for s in req.states_filter} if v >= 4 else set()
     types = {t.lower() for t in req.types_filter} if v >= 5 else set()
     groups = [
         ListedGroup(group_id=group_id, protocol_type=SHARE, group_state=state, group_type=SHARE)
-        for group_id, state in runtime.coordinator.list_groups()
+        for group_id, state in listed
         if _matches(state, states, types)
     ]
     return ListGroupsResponse(groups=groups)

@@ -513,6 +513,14 @@ class GroupCoordinatorRuntime:
         await self._drained(self._active_shard(group_id))
         return self.active_coordinator(group_id)
 
+    async def committed_groups(self) -> list[tuple[str, str]] | None:
+        """``(group id, state)`` of every group once the writes queued on the loaded shards are
+        persisted, as Kafka's ListGroups reads each shard at its last committed offset; None
+        while a shard is loading (a failed write may have started a rebuild meanwhile)."""
+        for shard in self._active_shards():
+            await self._drained(shard)
+        return None if self.loading() else self.coordinator.list_groups()
+
     def loading(self) -> bool:
         """Whether some ``__consumer_offsets`` partition is still being loaded (ListGroups
         then answers COORDINATOR_LOAD_IN_PROGRESS, as Kafka's read-all operation does)."""

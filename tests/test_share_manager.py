@@ -451,3 +451,16 @@ async def test_a_share_partition_loading_while_its_topic_is_deleted_and_created_
         assert new_id != old_id
         assert (result.error_code, result.acquired) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
         assert manager.share_partitions("g") == []
+
+
+async def test_a_failed_load_is_logged_with_the_error_it_answers(tmp_path, caplog):
+    """A fetch of a share partition nobody initialised answers UNKNOWN_SERVER_ERROR; the broker
+    says why in its log, as Kafka's SharePartition.maybeInitialize does, so an operator
+    seeing the client's error finds its cause."""
+    async with running_broker(tmp_path) as b:
+        topic_id = b.topics.create("t", 1).topic_id
+        with caplog.at_level("WARNING", logger="kshare.share"):
+            result = (await b.share_manager.fetch("g", "m", [(topic_id, 0, "t")], params(0)))[(topic_id, 0)]
+        assert result.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+        (message,) = [r.getMessage() for r in caplog.records if "loading failed" in r.getMessage()]
+        assert f"('g', UUID('{topic_id}'), 0)" in message and "UNKNOWN_SERVER_ERROR" in message

@@ -49,6 +49,9 @@ _LOAD_ERRORS = {
     ErrorCode.FENCED_LEADER_EPOCH: ErrorCode.NOT_LEADER_OR_FOLLOWER,
     ErrorCode.FENCED_STATE_EPOCH: ErrorCode.NOT_LEADER_OR_FOLLOWER,
 }
+# Load failures that a later fetch gets past without anyone acting (a state partition still
+# loading, a topic being deleted): logged at INFO, the others at WARNING.
+_TRANSIENT_LOAD_ERRORS = (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
 # Write errors after which the cached share partition is stale (Kafka's
 # fencedSharePartitionHandler): it is dropped, and the next fetch reads the state again.
 _FENCING_ERRORS = frozenset((
@@ -231,6 +234,9 @@ class SharePartitionManager:
                     if not isinstance(e, READ_ERRORS):  # (a log reports its own failure)
                         log.exception("share partition %s: loading failed", key)
                     raise error from e
+                if isinstance(e, KafkaError):  # as Kafka's maybeInitialize logs the failure it answers
+                    log.log(logging.INFO if e.code in _TRANSIENT_LOAD_ERRORS else logging.WARNING,
+                            "share partition %s: loading failed: %s %s", key, ErrorCode(e.code).name, e.message or "")
                 raise
         elif not leader.loaded.done():
             await asyncio.shield(leader.loaded)

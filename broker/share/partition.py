@@ -1024,12 +1024,14 @@ class SharePartition:
 
     # ------------------------------------------------------- commit / rollback
 
-    def _holders(self, t: Transition) -> Iterator[tuple[InFlightBatch, int, int, int, int, str | None]]:
+    def _holders(self, t: Transition, undo: list | None = None,
+                 ) -> Iterator[tuple[InFlightBatch, int, int, int, int, str | None]]:
         """(entry, i, j, old state, old count, old member) still pending for ``t``: i = -1
-        for a whole batch-mode entry, else offsets [i, j) of a split entry."""
+        for a whole batch-mode entry, else offsets [i, j) of a split entry. ``undo``: these
+        of ``t``'s undo entries only."""
         cache = self._cache
         tid = t.id
-        for key, i, j, old_state, old_count, old_member in t._undo:
+        for key, i, j, old_state, old_count, old_member in t._undo if undo is None else undo:
             e = cache.get(key)
             if e is None:
                 continue
@@ -1049,7 +1051,35 @@ class SharePartition:
             return
         t._open = False
         self._open.pop(t.id, None)
-        for e, i, j, _, _, _ in self._holders(t):
+        cache, tid = self._cache, t.id
+        # One-offset undo entries (a redelivery's scattered acks: hundreds, mostly under one
+        # lock) are finished here, their lock references dropped once per run of one token.
+        run_token = run_n = 0
+        multi: list = []  # the other undo entries, for _holders
+        for u in t._undo:
+            i = u[1]
+            if u[2] - i != 1:
+                multi.append(u)
+                continue
+            e = cache.get(u[0])
+            if e is None:
+                continue
+            pendings = e.pendings
+            if pendings[i] != tid:
+                continue
+            locks = e.locks
+            token = locks[i]
+            pendings[i] = locks[i] = 0
+            if token != run_token:
+                if run_n:
+                    self._unref(run_token, run_n)
+                run_token, run_n = token, 0
+            run_n += 1
+            if e.states[i] == AVAILABLE:
+                self._find_next = True
+        if run_n:
+            self._unref(run_token, run_n)
+        for e, i, j, _, _, _ in self._holders(t, multi):
             if i < 0:
                 e.pending = 0
                 self._unref(e.lock)

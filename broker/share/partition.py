@@ -39,6 +39,8 @@ import itertools
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import add, contains, itemgetter, lt
 
 from sortedcontainers import SortedDict
 
@@ -145,6 +147,7 @@ class _Lock:
         self.hi = hi
 
 
+_first, _last, _types = itemgetter(0), itemgetter(1), itemgetter(2)  # of a state or ack batch
 _FILLS = [bytes((state,)) for state in range(ARCHIVED + 1)]  # one record's state byte, per state
 
 
@@ -154,6 +157,11 @@ def _merge_state_batches(batches: list[StateBatch]) -> list[StateBatch]:
     A transition touches each offset once, so the result is what the share coordinator's
     combiner calls normal, and the in-process persister hands it over as such."""
     if len(batches) <= 1:
+        return batches
+    # A redelivery's hundreds of one-offset batches come ascending, none touching the next:
+    # nothing to sort or join, which this finds at C speed (a Python step per batch was a
+    # tenth of acknowledging them).
+    if all(map(lt, map(add, map(_last, batches), repeat(1)), map(_first, batches[1:]))):
         return batches
     batches.sort()
     out: list[StateBatch] = []
@@ -756,10 +764,23 @@ class SharePartition:
 
         spso = self._spso
         sb: list[StateBatch] = []
-        deadline = self._deadline() if any(RENEW in types for _, _, types in batches) else 0.0
+        # (``RENEW in types`` for each batch, without a Python step per batch)
+        deadline = self._deadline() if any(map(contains, map(_types, batches), repeat(RENEW))) else 0.0
         runs_of: InFlightBatch | None = None  # the split entry ``runs`` (a, b, target) belong to
         runs: list[tuple[int, int, int]] = []
-        for e, lo, hi, first, types in plan:
+        for item in plan:
+            if len(item) == 2:  # (entry, runs [a, b) -> target) from _plan_ack
+                e, more = item
+                if e.states is None:
+                    self._split(e)
+                if e is not runs_of:
+                    if runs:
+                        self._begin_acked_runs(runs_of, runs, t, sb)
+                    runs_of, runs = e, more
+                else:
+                    runs += more
+                continue
+            e, lo, hi, first, types = item
             if len(types) == 1:
                 uniform = types[0]
             else:
@@ -815,6 +836,8 @@ class SharePartition:
         # Adjacent batches in ``prev`` are checked together, as one stretch, when it ends.
         held_e: InFlightBatch | None = None
         held_lo = held_hi = -1
+        runs_e: InFlightBatch | None = None  # the entry of the (e, runs) item that ends ``plan``
+        runs: list[tuple[int, int, int]] = []
         for first, last, types in batches:
             if last < spso:
                 continue  # already below the SPSO: silently done
@@ -828,6 +851,19 @@ class SharePartition:
                     if held_e is not None and not self._held_by(held_e, held_lo, held_hi, member_id):
                         return [], INVALID_RECORD_STATE
                     held_e, held_lo, held_hi = prev, p, last
+                if len(types) == 1 and types[0] != RENEW and (
+                        prev.states is not None or p != prev.first or last != prev.last):
+                    # One type over part of an entry (split by then): the run ``acknowledge``
+                    # makes of it, added to the entry's list of them. Clients ack hundreds of
+                    # runs of one entry: ~100 of a first delivery, 500 one-offset ones of a
+                    # redelivery.
+                    if runs_e is not prev:
+                        runs_e, runs = prev, []
+                        plan.append((prev, runs))
+                    runs.append((p - prev.first, last - prev.first + 1, ACK_TYPE_TO_STATE[types[0]]))
+                    claimed_hi = last
+                    continue
+                runs_e = None
                 plan.append((prev, p, last, first, types))
                 if (types[0] if len(types) == 1 else types[last - first]) != RENEW:
                     claimed_hi = last
@@ -853,6 +889,7 @@ class SharePartition:
                     return [], INVALID_RECORD_STATE
                 plan.append((e, lo, hi, first, types))
                 prev = e
+                runs_e = None
             if (types[0] if len(types) == 1 else types[last - first]) != RENEW:
                 claimed_hi = last
         if held_e is not None and not self._held_by(held_e, held_lo, held_hi, member_id):

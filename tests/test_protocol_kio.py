@@ -179,6 +179,39 @@ def test_inline_compact_paths_truncated_and_long():
     assert ShareAcknowledgeRequest.from_bytes(null_group.to_bytes(2), 2) == null_group
 
 
+def test_array_of_one_element_batches_read_at_once_and_its_fallbacks():
+    """A ShareAcknowledge's batches, when every one has one type and no tags, are read in one
+    pass; a batch of another layout anywhere (first, in the middle, last) sends the array
+    through the per-batch path to the same result, and every cut still gives DecodeError."""
+    import struct
+    from uuid import UUID
+
+    from protocol.messages.share_acknowledge_request import (
+        AcknowledgementBatch, AcknowledgePartition, AcknowledgeTopic, ShareAcknowledgeRequest)
+
+    def request(types_of: list[list[int]]) -> ShareAcknowledgeRequest:
+        batches = [AcknowledgementBatch(i * 10, i * 10 + len(t) - 1, t) for i, t in enumerate(types_of)]
+        return ShareAcknowledgeRequest(group_id="g", member_id="m", share_session_epoch=2, topics=[
+            AcknowledgeTopic(UUID(int=7), [AcknowledgePartition(0, batches)])])
+
+    for odd in (None, 0, 17, 39):
+        types_of = [[i % 4] for i in range(40)]
+        if odd is not None:
+            types_of[odd] = [1, 2]
+        req = request(types_of)
+        assert ShareAcknowledgeRequest.from_bytes(req.to_bytes(2), 2) == req
+    req = request([[1]] * 40)
+    raw = bytes(req.to_bytes(2))
+    for cut in range(len(raw)):
+        with pytest.raises(DecodeError):
+            ShareAcknowledgeRequest.from_bytes(raw[:cut], 2)
+    for i in (0, 17, 39):  # an unknown tagged field in one batch
+        one = struct.pack(">qq", i * 10, i * 10) + b"\x02\x01"
+        tagged = raw.replace(one + b"\x00", one + b"\x01\x07\x00")
+        assert len(tagged) == len(raw) + 2
+        assert ShareAcknowledgeRequest.from_bytes(tagged, 2) == req
+
+
 def test_one_element_array_fast_path_and_its_fallbacks():
     """An AcknowledgementBatch with one type and no tags is read in one unpack; tags, other
     counts and a buffer too short for that unpack take the general path to the same result."""

@@ -29,6 +29,7 @@ class _Ctx:
         self.functions: dict[str, str] = {}  # body (with placeholder name) -> function name
         self.code: list[str] = []
         self.counter: dict[str, int] = {}
+        self.struct_defs: dict[str, Struct] = {}  # the schema's structs by name
 
     def fmt(self, fmt: str) -> str:
         name = self.structs.get(fmt)
@@ -218,6 +219,10 @@ def _dec_field(ctx: _Ctx, vs: _Version, f: Field, target: str, ind: str, dec_fns
             f"{inner}    {target}, pos = r_int_array(buf, pos, {code!r}, n)",
         ]
     else:
+        bulk = _one_element_array(ctx, vs, f, target, inner) if f.is_struct else []
+        if bulk:
+            lines += bulk
+            inner += "    "
         lines += [f"{inner}{target} = []", f"{inner}for _ in range(n):"]
         lines += _dec_value(ctx, vs, f, "x", inner + "    ", dec_fns, False)
         lines.append(f"{inner}    {target}.append(x)")
@@ -280,27 +285,62 @@ def _encoder(ctx: _Ctx, vs: _Version, s: Struct, enc_fns: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _one_element_tail(ctx: _Ctx, vs: _Version, s: Struct) -> list[str]:
-    """A fast path for fixed fields then one array of fixed-width ints, with no tagged
-    fields (an AcknowledgementBatch): when the array has its usual one element and the tag
-    section is empty, one unpack reads it all. Otherwise the general path reads it again."""
+def _one_element_layout(vs: _Version, s: Struct) -> tuple[str, list[Field], str] | None:
+    """For fixed fields then one array of fixed-width ints, with no tagged fields (an
+    AcknowledgementBatch): the struct format of the struct as it usually is (the array with
+    one element, an empty tag section), the fixed fields, and the constructor's arguments
+    (``f_<attr>`` for the fixed fields, ``[x]`` for the array); None for other structs."""
     regular = vs.regular(s)
     if not vs.flexible or vs.tagged(s) or len(regular) < 2:
-        return []
+        return None
     *head, tail = regular
     if not all(_is_fixed(f) and f.type != "uuid" for f in head):
-        return []
+        return None
     if not (tail.is_array and not tail.is_struct and tail.type in FIXED_TYPES and tail.type not in ("uuid", "bool")
             and vs.compact(tail) and not vs.nullable(tail)):
-        return []
+        return None
     fmt = ">" + "".join(FIXED_TYPES[f.type] for f in head) + "B" + FIXED_TYPES[tail.type] + "B"
-    size = _struct.calcsize(fmt)
     values = {f.attr: f"f_{f.attr}" for f in head}
     values[tail.attr] = "[x]"
-    args = ", ".join(values.get(f.attr, default_expr(f)) for f in s.fields)
+    return fmt, head, ", ".join(values.get(f.attr, default_expr(f)) for f in s.fields)
+
+
+def _one_element_array(ctx: _Ctx, vs: _Version, f: Field, target: str, ind: str) -> list[str]:
+    """An array of ``_one_element_layout`` structs (a ShareAcknowledge's batches) read in one
+    pass at C speed when every element has that usual layout, which two strided compares of
+    the count and tag-section bytes show. A redelivery acks hundreds of one-offset batches: a
+    decoder call per element was most of reading them. Otherwise (or for one element) the
+    elements are read one by one."""
+    s = ctx.struct_defs.get(f.type)
+    layout = _one_element_layout(vs, s) if s is not None else None
+    if layout is None:
+        return []
+    fmt, head, args = layout
+    size = _struct.calcsize(fmt)
+    count_at = _struct.calcsize(">" + "".join(FIXED_TYPES[x.type] for x in head))
+    names = ", ".join(f"f_{x.attr}" for x in head)
+    return [
+        f"{ind}end = pos + {size} * n",
+        f"{ind}if n > 1 and len(buf) >= end and buf[pos + {count_at}:end:{size}] == b'\\x02' * n \\",
+        f"{ind}        and not any(buf[pos + {size - 1}:end:{size}]):",
+        f"{ind}    {target} = [{s.name}({args}) for {names}, _, x, _ in {ctx.fmt(fmt)}.iter_unpack(buf[pos:end])]",
+        f"{ind}    pos = end",
+        f"{ind}else:",
+    ]
+
+
+def _one_element_tail(ctx: _Ctx, vs: _Version, s: Struct) -> list[str]:
+    """A fast path for a ``_one_element_layout`` struct: when the array has its usual one
+    element and the tag section is empty, one unpack reads it all. Otherwise the general
+    path reads it again."""
+    layout = _one_element_layout(vs, s)
+    if layout is None:
+        return []
+    fmt, head, args = layout
+    size = _struct.calcsize(fmt)
     return [
         f"    if len(buf) - pos >= {size}:",
-        f"        {', '.join(values[f.attr] for f in head)}, n, x, tg = {ctx.fmt(fmt)}.unpack_from(buf, pos)",
+        f"        {', '.join(f'f_{f.attr}' for f in head)}, n, x, tg = {ctx.fmt(fmt)}.unpack_from(buf, pos)",
         "        if n == 2 and not tg:",
         f"            return {s.name}({args}), pos + {size}",
     ]
@@ -376,6 +416,7 @@ def _class(schema: Schema, s: Struct) -> str:
 
 def emit_module(schema: Schema, source: str) -> str:
     ctx = _Ctx()
+    ctx.struct_defs = {s.name: s for s in schema.structs}
     classes = [_class(schema, s) for s in schema.structs]
     top_enc: dict[int, str] = {}
     top_dec: dict[int, str] = {}

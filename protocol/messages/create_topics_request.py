@@ -209,10 +209,16 @@ def _d_CreatableTopic_1(buf, pos):
         pos += 1
     else:
         n, pos = r_clen(buf, pos)
-    f_assignments = []
-    for _ in range(n):
-        x, pos = _d_CreatableReplicaAssignment_1(buf, pos)
-        f_assignments.append(x)
+    end = pos + 10 * n
+    if n > 1 and len(buf) >= end and buf[pos + 4:end:10] == b'\x02' * n \
+            and not any(buf[pos + 9:end:10]):
+        f_assignments = [CreatableReplicaAssignment(f_partition_index, [x]) for f_partition_index, _, x, _ in _S3.iter_unpack(buf[pos:end])]
+        pos = end
+    else:
+        f_assignments = []
+        for _ in range(n):
+            x, pos = _d_CreatableReplicaAssignment_1(buf, pos)
+            f_assignments.append(x)
     n = buf[pos] - 1
     if 0 <= n < 127:
         pos += 1

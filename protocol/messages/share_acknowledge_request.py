@@ -105,10 +105,16 @@ def _d_AcknowledgePartition_0(buf, pos):
         pos += 1
     else:
         n, pos = r_clen(buf, pos)
-    f_acknowledgement_batches = []
-    for _ in range(n):
-        x, pos = _d_AcknowledgementBatch_0(buf, pos)
-        f_acknowledgement_batches.append(x)
+    end = pos + 19 * n
+    if n > 1 and len(buf) >= end and buf[pos + 16:end:19] == b'\x02' * n \
+            and not any(buf[pos + 18:end:19]):
+        f_acknowledgement_batches = [AcknowledgementBatch(f_first_offset, f_last_offset, [x]) for f_first_offset, f_last_offset, _, x, _ in _S1.iter_unpack(buf[pos:end])]
+        pos = end
+    else:
+        f_acknowledgement_batches = []
+        for _ in range(n):
+            x, pos = _d_AcknowledgementBatch_0(buf, pos)
+            f_acknowledgement_batches.append(x)
     if buf[pos]:
         pos = skip_tags(buf, pos)
     else:

@@ -119,13 +119,15 @@ def _overlay(window, new, start_offset: int) -> list[StateBatch] | None:
 
     A batch joins the one before it when they touch with the same state and count. That test
     is written out at each of the four places a batch is added, on the fields of the last one
-    kept in locals: a redelivery's write paints hundreds of one-offset batches, and a call
-    per batch was a fifth of acknowledging them."""
+    kept in locals, and the next window batch's fields are locals too (``_END``'s once the
+    window is done, which no new batch reaches): a redelivery's write paints hundreds of
+    one-offset batches, and a call or an attribute read per batch was a large part of it."""
     out: list[StateBatch] = []
     append = out.append
     o_first = o_last = o_state = o_count = -2  # the last batch in ``out``
     rest = iter(window)
-    w = next(rest, None)  # the next window batch, its front cut off by earlier new batches
+    w = next(rest, _END)  # the next window batch, its front cut off by earlier new batches
+    wf, wl, ws, wc = w
     for b in new:
         first, last, state, count = b
         if start_offset != -1 and first < start_offset:
@@ -133,41 +135,47 @@ def _overlay(window, new, start_offset: int) -> list[StateBatch] | None:
                 continue
             first = start_offset
             b = StateBatch(first, last, state, count)
-        while w is not None and w.last_offset < first:
-            if o_last + 1 == w.first_offset and o_state == w.delivery_state and o_count == w.delivery_count:
-                o_last = w.last_offset
+        while wl < first:
+            if o_last + 1 == wf and o_state == ws and o_count == wc:
+                o_last = wl
                 out[-1] = StateBatch(o_first, o_last, o_state, o_count)
             else:
                 append(w)
                 o_first, o_last, o_state, o_count = w
-            w = next(rest, None)
-        while w is not None and w.first_offset <= last:
-            if w.delivery_count > count or (w.delivery_count == count and w.delivery_state > state):
+            w = next(rest, _END)
+            wf, wl, ws, wc = w
+        while wf <= last:
+            if wc > count or (wc == count and ws > state):
                 return None
-            if w.first_offset < first:  # the part of w before b
-                if o_last + 1 == w.first_offset and o_state == w.delivery_state and o_count == w.delivery_count:
+            if wf < first:  # the part of w before b
+                if o_last + 1 == wf and o_state == ws and o_count == wc:
                     o_last = first - 1
                     out[-1] = StateBatch(o_first, o_last, o_state, o_count)
                 else:
-                    o_first, o_last, o_state, o_count = w.first_offset, first - 1, w.delivery_state, w.delivery_count
+                    o_first, o_last, o_state, o_count = wf, first - 1, ws, wc
                     append(StateBatch(o_first, o_last, o_state, o_count))
-            if w.last_offset > last:
-                w = StateBatch(last + 1, w.last_offset, w.delivery_state, w.delivery_count)
+            if wl > last:
+                wf = last + 1
+                w = StateBatch(wf, wl, ws, wc)
                 break
-            w = next(rest, None)
+            w = next(rest, _END)
+            wf, wl, ws, wc = w
         if o_last + 1 == first and o_state == state and o_count == count:
             o_last = last
             out[-1] = StateBatch(o_first, o_last, o_state, o_count)
         else:
             append(b)
             o_first, o_last, o_state, o_count = first, last, state, count
-    if w is not None:  # the rest of the window: only its first batch can join
-        if o_last + 1 == w.first_offset and o_state == w.delivery_state and o_count == w.delivery_count:
-            out[-1] = StateBatch(o_first, w.last_offset, o_state, o_count)
+    if w is not _END:  # the rest of the window: only its first batch can join
+        if o_last + 1 == wf and o_state == ws and o_count == wc:
+            out[-1] = StateBatch(o_first, wl, o_state, o_count)
         else:
             append(w)
         out.extend(rest)
     return out
+
+
+_END = StateBatch(1 << 64, 1 << 64, 0, 0)  # past any offset: ``_overlay``'s window is done
 
 
 def _first(b: StateBatch) -> int:

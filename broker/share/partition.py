@@ -838,21 +838,26 @@ class SharePartition:
         held_lo = held_hi = -1
         runs_e: InFlightBatch | None = None  # the entry of the (e, runs) item that ends ``plan``
         runs: list[tuple[int, int, int]] = []
+        pf, pl = 0, -1  # prev's first and last offsets (no batch is inside [0, -1])
         for first, last, types in batches:
             if last < spso:
                 continue  # already below the SPSO: silently done
             p = first if first > spso else spso
-            if prev is not None and prev.first <= p and last <= prev.last:
+            if pf <= p and last <= pl:
                 if p <= claimed_hi:
                     return [], INVALID_RECORD_STATE  # acked twice in one request
                 if prev is held_e and p == held_hi + 1:
                     held_hi = last
                 else:
-                    if held_e is not None and not self._held_by(held_e, held_lo, held_hi, member_id):
-                        return [], INVALID_RECORD_STATE
+                    if held_e is not None:
+                        if held_lo == held_hi and held_e.states is not None:  # _held_by's, inline:
+                            a = held_lo - held_e.first  # a redelivery's stretches are one offset
+                            if held_e.states[a] != ACQUIRED or held_e.pendings[a] or held_e.members[a] != member_id:
+                                return [], INVALID_RECORD_STATE
+                        elif not self._held_by(held_e, held_lo, held_hi, member_id):
+                            return [], INVALID_RECORD_STATE
                     held_e, held_lo, held_hi = prev, p, last
-                if len(types) == 1 and types[0] != RENEW and (
-                        prev.states is not None or p != prev.first or last != prev.last):
+                if len(types) == 1 and types[0] != RENEW and (prev.states is not None or p != pf or last != pl):
                     # One type over part of an entry (split by then): the run ``acknowledge``
                     # makes of it, added to the entry's list of them. Clients ack hundreds of
                     # runs of one entry: ~100 of a first delivery, 500 one-offset ones of a
@@ -860,7 +865,7 @@ class SharePartition:
                     if runs_e is not prev:
                         runs_e, runs = prev, []
                         plan.append((prev, runs))
-                    runs.append((p - prev.first, last - prev.first + 1, ACK_TYPE_TO_STATE[types[0]]))
+                    runs.append((p - pf, last - pf + 1, ACK_TYPE_TO_STATE[types[0]]))
                     claimed_hi = last
                     continue
                 runs_e = None
@@ -890,6 +895,8 @@ class SharePartition:
                 plan.append((e, lo, hi, first, types))
                 prev = e
                 runs_e = None
+            if prev is not None:
+                pf, pl = prev.first, prev.last
             if (types[0] if len(types) == 1 else types[last - first]) != RENEW:
                 claimed_hi = last
         if held_e is not None and not self._held_by(held_e, held_lo, held_hi, member_id):

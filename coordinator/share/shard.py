@@ -212,13 +212,13 @@ def _apply(entry: KeyEntry | None, key, value, batches: tuple[StateBatch, ...] |
         return KeyEntry(state, value.leader_epoch, None, 1)
     cur = entry.state
     start = cur.start_offset if value.start_offset == -1 else value.start_offset
-    state = replace(
-        cur,
-        leader_epoch=cur.leader_epoch if value.leader_epoch == -1 else value.leader_epoch,
-        start_offset=start,
-        delivery_complete_count=value.delivery_complete_count,
-        state_batches=NormalBatches(combine(cur.state_batches, batches, start)),
-    )
+    # The constructor, not dataclasses.replace (several us slower: it walks the fields).
+    state = SharePartitionState(
+        cur.snapshot_epoch, cur.state_epoch,
+        cur.leader_epoch if value.leader_epoch == -1 else value.leader_epoch,
+        start, value.delivery_complete_count,
+        NormalBatches(combine(cur.state_batches, batches, start)),
+        cur.create_timestamp, cur.write_timestamp)
     return KeyEntry(state, _max(entry.leader_epoch_fence, value.leader_epoch),
                     entry.state_epoch_fence, entry.updates_since_snapshot + 1)
 
@@ -391,7 +391,9 @@ class ShareCoordinatorShard:
             if isinstance(key, ShareSnapshotKey) or before is None:
                 self._needed_from[k] = offset
             if before is not None:
-                self._note_load_fences(k, before, after, key, value)
+                # An update's fences are the load's when the key had none apart: skip the check.
+                if k in self._load_fences or isinstance(key, ShareSnapshotKey):
+                    self._note_load_fences(k, before, after, key, value)
             else:  # a key's first record: what a load builds too
                 self._load_fences.pop(k, None)
         if offset > self._last_offset:

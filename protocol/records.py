@@ -564,27 +564,6 @@ def build_batch(
     return bytes(out)
 
 
-def build_one_record_batch(key: bytes, value: bytes | None, *, producer_id: int, producer_epoch: int,
-                           base_sequence: int, timestamp_ms: int) -> bytearray:
-    """``build_batch([(key, value, None)], ...)`` uncompressed, CreateTime, base offset 0,
-    leader epoch -1, as a writable buffer: the coordinators' one-record writes, without the
-    generic builder's per-record dispatch (a share-state write is one ShareUpdate)."""
-    rec = bytearray(b"\x00\x00\x00")  # attributes, timestamp delta 0, offset delta 0
-    write_varint(rec, len(key))
-    rec += key
-    _write_nullable(rec, value)
-    rec.append(0)  # no headers
-    out = bytearray(HEADER_SIZE)
-    write_varint(out, len(rec))
-    out += rec
-    HEADER.pack_into(
-        out, 0, 0, len(out) - LOG_OVERHEAD, -1, 2, 0, 0,
-        0, timestamp_ms, timestamp_ms, producer_id, producer_epoch, base_sequence, 1,
-    )
-    _CRC.pack_into(out, CRC_OFFSET, crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
-    return out
-
-
 def recompress_batch(buf, codec: int, level: int | None = None, *,
                      max_decompressed: int = codecs.DEFAULT_MAX_OUTPUT) -> bytearray:
     """The batch in ``buf`` rewritten with ``codec``, for a topic whose compression.type differs

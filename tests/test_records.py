@@ -26,7 +26,6 @@ from protocol.records import (
     InvalidRecordError,
     Record,
     build_batch,
-    build_one_record_batch,
     check_batch,
     check_batches,
     check_produce_records,
@@ -487,13 +486,3 @@ def test_mutations_only_ever_raise_corrupt_record_error(which, edits, cut, fix_c
             check(bytes(buf))
         except CorruptRecordError:
             pass
-
-
-@settings(max_examples=200, deadline=None)
-@given(key=st.binary(max_size=300), value=st.none() | st.binary(max_size=20000),
-       producer_id=st.integers(-1, 2**63 - 1), producer_epoch=st.integers(-1, 2**15 - 1),
-       base_sequence=st.integers(-1, 2**31 - 1), ts=st.integers(-1, 2**62))
-def test_one_record_batch_is_build_batchs(key, value, producer_id, producer_epoch, base_sequence, ts):
-    kw = dict(producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence, timestamp_ms=ts)
-    one = build_one_record_batch(key, value, **kw)
-    assert type(one) is bytearray and one == build_batch([(key, value, None)], **kw)

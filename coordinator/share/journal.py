@@ -20,10 +20,9 @@ from typing import TYPE_CHECKING
 
 from broker.log import KafkaStorageError
 from broker.partitions import AppendError
-from protocol.coordinator_records.share_update_key import ShareUpdateKey
 from protocol.coordinator_serde import SHARE_GROUP_STATE_TOPIC, encode_key, encode_value
 from protocol.errors import ErrorCode
-from protocol.records import build_batch, build_one_record_batch, parse_header
+from protocol.records import build_batch, parse_header
 
 if TYPE_CHECKING:
     from broker.log import LogStore
@@ -37,8 +36,6 @@ __all__ = ["LogJournal"]
 _NO_PRODUCER_ID = -1
 _NO_PRODUCER_EPOCH = -1
 _BASE_SEQUENCE = 0
-# Bound of the encoded ShareUpdate keys kept (one per share partition written to lately).
-_KEY_CACHE_SIZE = 4096
 
 
 def _wall_clock_ms() -> int:
@@ -67,30 +64,11 @@ class LogJournal:
         # Records appended per partition: the state checkpoints check that every record the
         # log gained since a load came from here (``checkpoint.Checkpointer``).
         self.appended: dict[int, int] = {}
-        # Encoded ShareUpdate keys by (group, topic id, partition): every write of a share
-        # partition repeats its key. Bytes depend on those fields only, so never stale.
-        self._update_keys: dict[tuple, bytes] = {}
-
-    def _encode_key(self, key) -> bytes:
-        if type(key) is not ShareUpdateKey:
-            return encode_key(key)
-        k = (key.group_id, key.topic_id, key.partition)
-        data = self._update_keys.get(k)
-        if data is None:
-            if len(self._update_keys) >= _KEY_CACHE_SIZE:
-                self._update_keys.clear()
-            data = self._update_keys[k] = encode_key(key)
-        return data
 
     def encode(self, records: list[CoordinatorRecord]) -> bytearray:
         """One batch holding ``records`` (base offset 0; the log assigns the real one)."""
-        if len(records) == 1 and not self.compression:  # a write's one ShareUpdate
-            r = records[0]
-            return build_one_record_batch(
-                self._encode_key(r.key), encode_value(r.value), producer_id=_NO_PRODUCER_ID,
-                producer_epoch=_NO_PRODUCER_EPOCH, base_sequence=_BASE_SEQUENCE, timestamp_ms=self.clock_ms())
         return bytearray(build_batch(
-            [(self._encode_key(r.key), encode_value(r.value), None) for r in records],
+            [(encode_key(r.key), encode_value(r.value), None) for r in records],
             compression=self.compression,
             producer_id=_NO_PRODUCER_ID,
             producer_epoch=_NO_PRODUCER_EPOCH,

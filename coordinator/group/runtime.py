@@ -507,9 +507,10 @@ class GroupCoordinatorRuntime:
 
     async def committed_coordinator(self, group_id: str) -> ShareGroupCoordinator:
         """``active_coordinator`` once every write queued on the group's shard is persisted.
-        Kafka's read operations (ShareGroupDescribe, DescribeShareGroupOffsets) see the state at
-        the last committed offset: a member whose join is still being written is not shown, nor
-        what a failed write then takes back (the shard is rebuilt before its tail resolves)."""
+        Kafka's read operations (ShareGroupDescribe, DescribeShareGroupOffsets, DescribeGroups)
+        see the state at the last committed offset: a member whose join is still being written
+        is not shown, nor what a failed write then takes back (the shard is rebuilt before its
+        tail resolves)."""
         await self._drained(self._active_shard(group_id))
         return self.active_coordinator(group_id)
 

@@ -167,21 +167,22 @@ class ShareCoordinatorRuntime:
 
     async def forget_topics(self, topic_ids) -> None:
         """Tombstone every key of deleted topics in the partitions served now."""
-        for r in await self._write_served(lambda shard: shard.tombstones_for_topics(topic_ids)):
-            if isinstance(r, BaseException):
-                log.warning("could not delete the share state of a deleted topic: %s", r)
+        await self._write_served(lambda shard: shard.tombstones_for_topics(topic_ids),
+                                 "could not delete the share state of a deleted topic: %s")
 
-    async def _write_served(self, records_of) -> list:
+    async def _write_served(self, records_of, failed: str) -> None:
         """Write ``records_of(shard)`` to every partition served now, in batches of at most
-        SNAPSHOTS_PER_BATCH (each applied when computed: ``write_records``); returns each
-        batch's outcome, an exception where it failed."""
+        SNAPSHOTS_PER_BATCH (each applied when computed: ``write_records``); a batch that
+        fails is logged with ``failed`` (a %s for the error)."""
         writes = []
         for p, shard in list(self.service.shards.items()):
             if self.service.serving(p):
                 records = records_of(shard)
                 for i in range(0, len(records), SNAPSHOTS_PER_BATCH):
                     writes.append(self.service.write_records(p, records[i:i + SNAPSHOTS_PER_BATCH]))
-        return await asyncio.gather(*writes, return_exceptions=True)
+        for r in await asyncio.gather(*writes, return_exceptions=True):
+            if isinstance(r, BaseException):
+                log.warning(failed, r)
 
     # --- loading --------------------------------------------------------------------------------
 
@@ -288,9 +289,8 @@ class ShareCoordinatorRuntime:
 
     async def snapshot_and_prune(self) -> None:
         """Snapshot every key with updates since its last snapshot, then prune."""
-        for r in await self._write_served(lambda shard: shard.snapshot_records()):
-            if isinstance(r, BaseException):
-                log.warning("could not snapshot %s at shutdown: %s", SHARE_GROUP_STATE_TOPIC, r)
+        await self._write_served(lambda shard: shard.snapshot_records(),
+                                 f"could not snapshot {SHARE_GROUP_STATE_TOPIC} at shutdown: %s")
         await self.prune()
 
 

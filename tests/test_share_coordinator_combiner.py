@@ -5,7 +5,17 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator.share.combiner import ACKNOWLEDGED, ARCHIVED, AVAILABLE, NormalBatches, StateBatch, combine
+from coordinator.share.combiner import (
+    ACKNOWLEDGED,
+    ARCHIVED,
+    AVAILABLE,
+    NormalBatches,
+    StateBatch,
+    _overlay,
+    _swap,
+    _sweep,
+    combine,
+)
 
 
 def brute_force(current, new, start_offset):
@@ -166,3 +176,89 @@ def test_a_normal_update_alone_comes_back_as_it_is():
     # and still pruned when the start offset cuts into it.
     assert combine((), NormalBatches(new), 5) == new
     assert combine((), NormalBatches(new), 7) == brute_force((), new, 7)
+
+
+def _joined(batches):
+    out = []
+    for b in batches:
+        if out and out[-1].last_offset + 1 == b.first_offset and out[-1][2:] == b[2:]:
+            out[-1] = out[-1]._replace(last_offset=b.last_offset)
+        else:
+            out.append(b)
+    return out
+
+
+@st.composite
+def swap_case(draw):
+    """A normal window of batches alternating with batches a write covers exactly (a
+    redelivery's released records between acknowledged runs), and that write: mostly in
+    ``_swap``'s shape, sometimes just off it (bounds moved, counts equal or lower, a
+    neighbour of the same count, a batch the window lacks)."""
+    window, new, offset = [], [], draw(st.integers(0, 5))
+    lead = draw(st.booleans())  # the window starts with a batch no new one covers
+    n = draw(st.integers(1, 10))
+    for k in range(2 * n - 1 + lead + draw(st.integers(0, 1))):
+        offset += draw(st.sampled_from([0, 0, 0, 1]))  # sometimes a gap
+        b = StateBatch(offset, offset + draw(st.integers(0, 3)),
+                       draw(st.sampled_from([AVAILABLE, ACKNOWLEDGED, ARCHIVED])), draw(st.integers(1, 3)))
+        window.append(b)
+        offset = b.last_offset + 1
+        if (k - lead) % 2 == 0 and len(new) < n:
+            first, last = b.first_offset, b.last_offset
+            if draw(st.integers(0, 9)) == 0:
+                first += draw(st.integers(-1, 1))
+            if draw(st.integers(0, 9)) == 0:
+                last += draw(st.integers(-1, 1))
+            if first <= last and (not new or first > new[-1].last_offset):
+                new.append(StateBatch(first, last, draw(st.sampled_from([AVAILABLE, ACKNOWLEDGED, ARCHIVED])),
+                                      b.delivery_count + draw(st.sampled_from([1, 1, 1, 2, 0, -1]))))
+    if draw(st.integers(0, 9)) == 0:
+        new.append(StateBatch(offset + 1, offset + 1, ACKNOWLEDGED, 4))  # past the window
+    return NormalBatches(_joined(window)), NormalBatches(new)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(swap_case())
+def test_swapping_new_batches_into_the_window_is_what_sweeping_gives(case):
+    """``_swap``, where it answers, gives exactly what ``_sweep`` (and ``_overlay``) give;
+    where it does not, the combined result is still the brute force's."""
+    window, new = case
+    if not new:
+        return
+    got = _swap(window, new)
+    if got is not None:
+        assert got == _sweep(window, new, -1) == brute_force(window, new, -1)
+        assert got == _overlay(window, new, -1)
+    for start in (-1, window[0].first_offset + 1):
+        current = NormalBatches([StateBatch(k, k, ARCHIVED, 9) for k in range(-30, -13, 2)] + list(window))
+        assert combine(current, new, start) == brute_force(current, new, start)
+
+
+def test_a_redelivery_acknowledgement_is_swapped_in():
+    """Released records between acknowledged runs, acknowledged on their next delivery: the
+    shape ``_swap`` answers (so the general loop is not run), and the cases just off it."""
+    window = NormalBatches([StateBatch(0, 2, ACKNOWLEDGED, 1)] + [
+        b for o in range(3, 103, 10)
+        for b in (StateBatch(o, o, AVAILABLE, 1), StateBatch(o + 1, o + 9, ACKNOWLEDGED, 1))])
+    new = NormalBatches([StateBatch(o, o, ACKNOWLEDGED, 2) for o in range(3, 103, 10)])
+    got = _swap(window, new)
+    assert got is not None and got == _sweep(window, new, -1)
+    assert got[1::2] == list(new) and got[::2] == list(window[::2])
+    assert _swap(window[1:], new) == _sweep(window[1:], new, -1)  # no batch below the first new one
+    assert _swap(window[:-1], new) == _sweep(window[:-1], new, -1)  # none above the last
+    mixed = NormalBatches(b._replace(delivery_count=3) if k == 4 else b for k, b in enumerate(new))
+    assert _swap(window, mixed) == _sweep(window, mixed, -1)  # one redelivered twice
+    # Just off it: each falls back (None), and combine still gets it right.
+    off = [
+        [b._replace(last_offset=b.last_offset + 1) if k == 4 else b for k, b in enumerate(new)],  # overlaps more
+        [b._replace(delivery_count=1) if k == 4 else b for k, b in enumerate(new)],  # does not outrank
+        [b._replace(delivery_count=1, delivery_state=ARCHIVED) if k == 4 else b for k, b in enumerate(new)],
+        list(new[:-1]) + [StateBatch(200, 200, ACKNOWLEDGED, 2)],  # past the window
+    ]
+    for n in off:
+        assert _swap(window, NormalBatches(n)) is None
+        assert combine(window, n, -1) == brute_force(window, n, -1)
+    # A neighbour of the same count might join: not swapped, even where it does not touch.
+    near = NormalBatches([*window[:4], window[4]._replace(delivery_count=2), *window[5:]])
+    assert _swap(near, new) is None
+    assert combine(near, new, -1) == brute_force(near, new, -1)

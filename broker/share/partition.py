@@ -40,7 +40,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from operator import add, contains, itemgetter, lt
+from operator import add, contains, itemgetter, lt, sub
 
 from sortedcontainers import SortedDict
 
@@ -104,7 +104,7 @@ class Transition:
 
     __slots__ = (
         "id", "kind", "error_code", "state_batches", "state_epoch", "start_offset",
-        "delivery_complete_count", "_undo", "_open",
+        "delivery_complete_count", "_undo", "_open", "_scattered",
     )
 
     def __init__(self, tid: int, kind: str) -> None:
@@ -119,6 +119,9 @@ class Transition:
         # entry, else offsets [i, j) of a split entry, which had one state, count and member
         self._undo: list[tuple[int, int, int, int, int, str | None]] = []
         self._open = False
+        # the offsets' indexes when _undo is one-offset entries of one split entry (its key
+        # is every entry's first item), as SharePartition._ack_scattered makes them; else None
+        self._scattered: list[int] | None = None
 
     @property
     def pending(self) -> bool:
@@ -360,8 +363,8 @@ class SharePartition:
     def _new_transition(self, kind: str) -> Transition:
         return Transition(next(self._tids), kind)
 
-    def _seal(self, t: Transition, sb: list[StateBatch]) -> Transition:
-        t.state_batches = _merge_state_batches(sb)
+    def _seal(self, t: Transition, sb: list[StateBatch], merged: bool = False) -> Transition:
+        t.state_batches = sb if merged else _merge_state_batches(sb)
         t.state_epoch = self._epoch
         t.start_offset = self._spso
         t.delivery_complete_count = self._dcc
@@ -757,6 +760,10 @@ class SharePartition:
         if not shape_checked and validate_ack_batches(batches, 2, True) is not None:
             t.error_code = INVALID_REQUEST
             return self._seal(t, [])
+        if len(batches) > 1 and batches[0][0] == batches[0][1]:
+            done = self._ack_scattered(member_id, batches, t)
+            if done is not None:
+                return done
         plan, error = self._plan_ack(member_id, batches)
         if error:
             t.error_code = error
@@ -825,6 +832,61 @@ class SharePartition:
         if runs:
             self._begin_acked_runs(runs_of, runs, t, sb)
         return self._seal(t, sb)
+
+    def _ack_scattered(self, member_id: str, batches: list, t: Transition) -> Transition | None:
+        """Acknowledge one-offset batches scattered over one split entry (ascending, none
+        adjacent, no RENEW, all at or above the SPSO and held by ``member_id``); None, having
+        changed nothing, for any other input, errors included: the general path answers those.
+
+        librdkafka acknowledges 500 redelivered records as 500 one-offset batches. Planned,
+        checked and begun a batch at a time they took ~530 us (best of 100, bare partition);
+        as C-level passes over all of them and one tight loop of stores, ~330, and the whole
+        request ~20% less. The outcome is the general path's to the byte: one-offset undo
+        entries and state batches, in offset order."""
+        firsts = list(map(_first, batches))
+        cache = self._cache
+        k = cache.bisect_right(firsts[0]) - 1
+        if k < 0 or firsts[0] < self._spso or list(map(_last, batches)) != firsts:
+            return None
+        e = cache.peekitem(k)[1]
+        states, counts, members, pendings = e.states, e.counts, e.members, e.pendings
+        if states is None or e.last < firsts[-1]:
+            return None
+        efirst = e.first
+        ii = list(map(sub, firsts, repeat(efirst)))
+        jj = list(map(add, ii, repeat(1)))
+        if not all(map(lt, jj, ii[1:])):
+            return None  # not ascending, or two of them adjacent (their undo entries merge)
+        n = len(ii)
+        at = itemgetter(*ii)
+        if at(states).count(ACQUIRED) != n or at(pendings).count(0) != n or at(members).count(member_id) != n:
+            return None
+        kinds = list(map(_first, map(_types, batches)))  # one type per one-offset batch
+        kind = kinds[0]
+        if kinds.count(kind) == n:
+            if kind == RENEW:
+                return None
+            targets = [ACK_TYPE_TO_STATE[kind]] * n
+        else:
+            if RENEW in kinds:
+                return None
+            targets = list(map(ACK_TYPE_TO_STATE.__getitem__, kinds))
+        old_counts = at(counts)
+        max_delivery = self._max_delivery
+        if AVAILABLE in targets and max(old_counts) >= max_delivery:
+            targets = [ARCHIVED if s == AVAILABLE and c >= max_delivery else s for s, c in zip(targets, old_counts)]
+        member = members[ii[0]]
+        tid = t.id
+        for i, s in zip(ii, targets):
+            states[i] = s
+            members[i] = None
+            pendings[i] = tid
+        t._undo = list(zip(repeat(efirst), ii, jj, repeat(ACQUIRED), old_counts, repeat(member)))
+        t._scattered = ii
+        self._acquired -= n
+        self._dcc += n - targets.count(AVAILABLE)
+        # Ascending, none adjacent: _merge_state_batches would return them as they are.
+        return self._seal(t, list(zip(firsts, firsts, targets, old_counts)), merged=True)
 
     def _plan_ack(self, member_id: str, batches: list) -> tuple[list, int]:
         """Check every batch before touching anything; return the per-entry work or an error."""
@@ -1096,6 +1158,11 @@ class SharePartition:
         t._open = False
         self._open.pop(t.id, None)
         cache, tid = self._cache, t.id
+        if t._scattered is not None and self._commit_scattered(t):
+            if self._stragglers:
+                self._settle_below_start()
+            self._advance()
+            return
         # One-offset undo entries (a redelivery's scattered acks: hundreds, mostly under one
         # lock) are finished here, their lock references dropped once per run of one token.
         run_token = run_n = 0
@@ -1148,6 +1215,28 @@ class SharePartition:
         if self._stragglers:
             self._settle_below_start()
         self._advance()
+
+    def _commit_scattered(self, t: Transition) -> bool:
+        """``commit``'s loop over one-offset undo entries, for those of ``_ack_scattered`` when
+        all are still pending under one lock token: C-level checks and one loop of stores
+        (commit of 500 ~70 us, not ~130). False, having changed nothing, otherwise."""
+        ii = t._scattered
+        e = self._cache.get(t._undo[0][0])
+        if e is None or e.states is None:
+            return False
+        n = len(ii)
+        at = itemgetter(*ii)
+        pendings, locks = e.pendings, e.locks
+        tokens = at(locks)
+        token = tokens[0]
+        if at(pendings).count(t.id) != n or tokens.count(token) != n:
+            return False
+        for i in ii:
+            pendings[i] = locks[i] = 0
+        self._unref(token, n)
+        if AVAILABLE in at(e.states):
+            self._find_next = True
+        return True
 
     def rollback(self, t: Transition) -> None:
         """The write failed: restore the records as they were before ``t``.

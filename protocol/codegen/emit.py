@@ -141,6 +141,22 @@ def _enc_value(
     raise AssertionError(t)
 
 
+def _fixed_element(ctx: _Ctx, vs: _Version, f: Field) -> tuple[str, str] | None:
+    """For an array of structs of fixed-width fields only, with no tagged fields: the struct
+    format of one element (its empty tag section a pad byte) and ``pack``'s arguments for
+    element ``x``; None for other arrays.
+
+    Such arrays are encoded with one ``pack`` per element and one join, not a call of the
+    element's encoder each: a share-state write of a redelivery's acknowledgement has 500
+    StateBatches, ~270 us that way against ~100."""
+    s = ctx.struct_defs[f.type]
+    fields = vs.regular(s)
+    if not fields or vs.tagged(s) or not all(_is_fixed(g) for g in fields):
+        return None
+    fmt = ">" + "".join(FIXED_TYPES[g.type] for g in fields) + ("x" if vs.flexible else "")
+    return fmt, ", ".join(f"x.{g.attr}.bytes" if g.type == "uuid" else f"x.{g.attr}" for g in fields)
+
+
 def _enc_field(ctx: _Ctx, vs: _Version, f: Field, expr: str, b: str, ind: str, enc_fns: dict) -> list[str]:
     if not f.is_array:
         return _enc_value(ctx, vs, f, expr, b, ind, enc_fns, vs.nullable(f))
@@ -151,8 +167,12 @@ def _enc_field(ctx: _Ctx, vs: _Version, f: Field, expr: str, b: str, ind: str, e
     if n:
         lines.append(f"{ind}if v is not None:")
         inner = ind + "    "
+    element = _fixed_element(ctx, vs, f) if f.is_struct else None
     if not f.is_struct and f.type in FIXED_TYPES and f.type not in ("uuid", "bool"):
         lines.append(f"{inner}w_int_array({b}, {FIXED_TYPES[f.type]!r}, v)")
+    elif element is not None:
+        fmt, args = element
+        lines.append(f"{inner}{b} += b''.join([{ctx.fmt(fmt)}.pack({args}) for x in v])")
     else:
         lines.append(f"{inner}for x in v:")
         lines += _enc_value(ctx, vs, f, "x", b, inner + "    ", enc_fns, False)

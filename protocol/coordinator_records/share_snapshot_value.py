@@ -36,7 +36,8 @@ class ShareSnapshotValue(Message):
 
 _S0 = _Struct('>qqbh')
 _S1 = _Struct('>iiiqqq')
-_S2 = _Struct('>i')
+_S2 = _Struct('>qqbhx')
+_S3 = _Struct('>i')
 
 
 def _e_StateBatch_0(o, b, parts):
@@ -59,13 +60,12 @@ def _e_ShareSnapshotValue_0(o, b, parts):
     b += _S1.pack(o.snapshot_epoch, o.state_epoch, o.leader_epoch, o.start_offset, o.create_timestamp, o.write_timestamp)
     v = o.state_batches
     w_clen(b, v)
-    for x in v:
-        b = _e_StateBatch_0(x, b, parts)
+    b += b''.join([_S2.pack(x.first_offset, x.last_offset, x.delivery_state, x.delivery_count) for x in v])
     tg = []
     v = o.delivery_complete_count
     if v != -1:
         t = bytearray()
-        t += _S2.pack(v)
+        t += _S3.pack(v)
         tg.append((0, t))
     w_tags(b, tg)
     return b
@@ -92,7 +92,7 @@ def _d_ShareSnapshotValue_0(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            f_delivery_complete_count, = _S2.unpack_from(buf, pos)
+            f_delivery_complete_count, = _S3.unpack_from(buf, pos)
             pos += 4
         pos = end
     return ShareSnapshotValue(f_snapshot_epoch, f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count, f_create_timestamp, f_write_timestamp, f_state_batches), pos

@@ -33,7 +33,8 @@ class ShareUpdateValue(Message):
 
 _S0 = _Struct('>qqbh')
 _S1 = _Struct('>iiq')
-_S2 = _Struct('>i')
+_S2 = _Struct('>qqbhx')
+_S3 = _Struct('>i')
 
 
 def _e_StateBatch_0(o, b, parts):
@@ -56,13 +57,12 @@ def _e_ShareUpdateValue_0(o, b, parts):
     b += _S1.pack(o.snapshot_epoch, o.leader_epoch, o.start_offset)
     v = o.state_batches
     w_clen(b, v)
-    for x in v:
-        b = _e_StateBatch_0(x, b, parts)
+    b += b''.join([_S2.pack(x.first_offset, x.last_offset, x.delivery_state, x.delivery_count) for x in v])
     tg = []
     v = o.delivery_complete_count
     if v != -1:
         t = bytearray()
-        t += _S2.pack(v)
+        t += _S3.pack(v)
         tg.append((0, t))
     w_tags(b, tg)
     return b
@@ -89,7 +89,7 @@ def _d_ShareUpdateValue_0(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            f_delivery_complete_count, = _S2.unpack_from(buf, pos)
+            f_delivery_complete_count, = _S3.unpack_from(buf, pos)
             pos += 4
         pos = end
     return ShareUpdateValue(f_snapshot_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count, f_state_batches), pos

@@ -46,6 +46,7 @@ class AddPartitionsToTxnResponse(Message):
 
 _S0 = _Struct('>ih')
 _S1 = _Struct('>i')
+_S2 = _Struct('>ihx')
 
 
 def _e_AddPartitionsToTxnPartitionResult_0(o, b, parts):
@@ -63,8 +64,7 @@ def _e_AddPartitionsToTxnTopicResult_0(o, b, parts):
     w_string(b, o.name)
     v = o.results_by_partition
     w_len(b, v)
-    for x in v:
-        b = _e_AddPartitionsToTxnPartitionResult_0(x, b, parts)
+    b += b''.join([_S0.pack(x.partition_index, x.partition_error_code) for x in v])
     return b
 
 
@@ -126,8 +126,7 @@ def _e_AddPartitionsToTxnTopicResult_1(o, b, parts):
     w_cstring(b, o.name)
     v = o.results_by_partition
     w_clen(b, v)
-    for x in v:
-        b = _e_AddPartitionsToTxnPartitionResult_1(x, b, parts)
+    b += b''.join([_S2.pack(x.partition_index, x.partition_error_code) for x in v])
     b.append(0)
     return b
 

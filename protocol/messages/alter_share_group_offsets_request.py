@@ -35,6 +35,7 @@ class AlterShareGroupOffsetsRequest(Message):
 
 
 _S0 = _Struct('>iq')
+_S1 = _Struct('>iqx')
 
 
 def _e_AlterShareGroupOffsetsRequestPartition_0(o, b, parts):
@@ -57,8 +58,7 @@ def _e_AlterShareGroupOffsetsRequestTopic_0(o, b, parts):
     w_cstring(b, o.topic_name)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_AlterShareGroupOffsetsRequestPartition_0(x, b, parts)
+    b += b''.join([_S1.pack(x.partition_index, x.start_offset) for x in v])
     b.append(0)
     return b
 

@@ -54,8 +54,9 @@ _S0 = _Struct('>hhh')
 _S1 = _Struct('>h')
 _S2 = _Struct('>i')
 _S3 = _Struct('>hh')
-_S4 = _Struct('>q')
-_S5 = _Struct('>?')
+_S4 = _Struct('>hhhx')
+_S5 = _Struct('>q')
+_S6 = _Struct('>?')
 
 
 def _e_ApiVersion_0(o, b, parts):
@@ -85,8 +86,7 @@ def _e_ApiVersionsResponse_0(o, b, parts):
     b += _S1.pack(o.error_code)
     v = o.api_keys
     w_len(b, v)
-    for x in v:
-        b = _e_ApiVersion_0(x, b, parts)
+    b += b''.join([_S0.pack(x.api_key, x.min_version, x.max_version) for x in v])
     return b
 
 
@@ -105,8 +105,7 @@ def _e_ApiVersionsResponse_1(o, b, parts):
     b += _S1.pack(o.error_code)
     v = o.api_keys
     w_len(b, v)
-    for x in v:
-        b = _e_ApiVersion_0(x, b, parts)
+    b += b''.join([_S0.pack(x.api_key, x.min_version, x.max_version) for x in v])
     b += _S2.pack(o.throttle_time_ms)
     return b
 
@@ -180,8 +179,7 @@ def _e_ApiVersionsResponse_2(o, b, parts):
     b += _S1.pack(o.error_code)
     v = o.api_keys
     w_clen(b, v)
-    for x in v:
-        b = _e_ApiVersion_1(x, b, parts)
+    b += b''.join([_S4.pack(x.api_key, x.min_version, x.max_version) for x in v])
     b += _S2.pack(o.throttle_time_ms)
     tg = []
     v = o.supported_features
@@ -195,7 +193,7 @@ def _e_ApiVersionsResponse_2(o, b, parts):
     v = o.finalized_features_epoch
     if v != -1:
         t = bytearray()
-        t += _S4.pack(v)
+        t += _S5.pack(v)
         tg.append((1, t))
     v = o.finalized_features
     if len(v) > 0:
@@ -208,7 +206,7 @@ def _e_ApiVersionsResponse_2(o, b, parts):
     v = o.zk_migration_ready
     if v != False:
         t = bytearray()
-        t += _S5.pack(v)
+        t += _S6.pack(v)
         tg.append((3, t))
     w_tags(b, tg)
     return b
@@ -250,7 +248,7 @@ def _d_ApiVersionsResponse_2(buf, pos):
                 x, pos = _d_SupportedFeatureKey_1(buf, pos)
                 f_supported_features.append(x)
         elif tag == 1:
-            f_finalized_features_epoch, = _S4.unpack_from(buf, pos)
+            f_finalized_features_epoch, = _S5.unpack_from(buf, pos)
             pos += 8
         elif tag == 2:
             n = buf[pos] - 1
@@ -263,7 +261,7 @@ def _d_ApiVersionsResponse_2(buf, pos):
                 x, pos = _d_FinalizedFeatureKey_1(buf, pos)
                 f_finalized_features.append(x)
         elif tag == 3:
-            f_zk_migration_ready, = _S5.unpack_from(buf, pos)
+            f_zk_migration_ready, = _S6.unpack_from(buf, pos)
             pos += 1
         pos = end
     return ApiVersionsResponse(f_error_code, f_api_keys, f_throttle_time_ms, f_supported_features, f_finalized_features_epoch, f_finalized_features, f_zk_migration_ready), pos

@@ -36,6 +36,7 @@ class DeleteRecordsRequest(Message):
 
 _S0 = _Struct('>iq')
 _S1 = _Struct('>i')
+_S2 = _Struct('>iqx')
 
 
 def _e_DeleteRecordsPartition_0(o, b, parts):
@@ -53,8 +54,7 @@ def _e_DeleteRecordsTopic_0(o, b, parts):
     w_string(b, o.name)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_DeleteRecordsPartition_0(x, b, parts)
+    b += b''.join([_S0.pack(x.partition_index, x.offset) for x in v])
     return b
 
 
@@ -108,8 +108,7 @@ def _e_DeleteRecordsTopic_1(o, b, parts):
     w_cstring(b, o.name)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_DeleteRecordsPartition_1(x, b, parts)
+    b += b''.join([_S2.pack(x.partition_index, x.offset) for x in v])
     b.append(0)
     return b
 

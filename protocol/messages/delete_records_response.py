@@ -37,6 +37,7 @@ class DeleteRecordsResponse(Message):
 
 _S0 = _Struct('>iqh')
 _S1 = _Struct('>i')
+_S2 = _Struct('>iqhx')
 
 
 def _e_DeleteRecordsPartitionResult_0(o, b, parts):
@@ -54,8 +55,7 @@ def _e_DeleteRecordsTopicResult_0(o, b, parts):
     w_string(b, o.name)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_DeleteRecordsPartitionResult_0(x, b, parts)
+    b += b''.join([_S0.pack(x.partition_index, x.low_watermark, x.error_code) for x in v])
     return b
 
 
@@ -109,8 +109,7 @@ def _e_DeleteRecordsTopicResult_1(o, b, parts):
     w_cstring(b, o.name)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_DeleteRecordsPartitionResult_1(x, b, parts)
+    b += b''.join([_S2.pack(x.partition_index, x.low_watermark, x.error_code) for x in v])
     b.append(0)
     return b
 

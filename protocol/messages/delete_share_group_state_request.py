@@ -35,6 +35,7 @@ class DeleteShareGroupStateRequest(Message):
 
 _S0 = _Struct('>i')
 _S1 = _Struct('>16s')
+_S2 = _Struct('>ix')
 
 
 def _e_PartitionData_0(o, b, parts):
@@ -57,8 +58,7 @@ def _e_DeleteStateData_0(o, b, parts):
     b += _S1.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_PartitionData_0(x, b, parts)
+    b += b''.join([_S2.pack(x.partition) for x in v])
     b.append(0)
     return b
 

@@ -52,9 +52,10 @@ class DescribeLogDirsResponse(Message):
 _S0 = _Struct('>iqq?')
 _S1 = _Struct('>h')
 _S2 = _Struct('>i')
-_S3 = _Struct('>ih')
-_S4 = _Struct('>qq')
-_S5 = _Struct('>qq?')
+_S3 = _Struct('>iqq?x')
+_S4 = _Struct('>ih')
+_S5 = _Struct('>qq')
+_S6 = _Struct('>qq?')
 
 
 def _e_DescribeLogDirsPartition_0(o, b, parts):
@@ -72,8 +73,7 @@ def _e_DescribeLogDirsTopic_0(o, b, parts):
     w_string(b, o.name)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_DescribeLogDirsPartition_0(x, b, parts)
+    b += b''.join([_S0.pack(x.partition_index, x.partition_size, x.offset_lag, x.is_future_key) for x in v])
     return b
 
 
@@ -149,8 +149,7 @@ def _e_DescribeLogDirsTopic_1(o, b, parts):
     w_cstring(b, o.name)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_DescribeLogDirsPartition_1(x, b, parts)
+    b += b''.join([_S3.pack(x.partition_index, x.partition_size, x.offset_lag, x.is_future_key) for x in v])
     b.append(0)
     return b
 
@@ -234,7 +233,7 @@ def _d_DescribeLogDirsResponse_1(buf, pos):
 
 
 def _e_DescribeLogDirsResponse_2(o, b, parts):
-    b += _S3.pack(o.throttle_time_ms, o.error_code)
+    b += _S4.pack(o.throttle_time_ms, o.error_code)
     v = o.results
     w_clen(b, v)
     for x in v:
@@ -244,7 +243,7 @@ def _e_DescribeLogDirsResponse_2(o, b, parts):
 
 
 def _d_DescribeLogDirsResponse_2(buf, pos):
-    f_throttle_time_ms, f_error_code, = _S3.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, = _S4.unpack_from(buf, pos)
     pos += 6
     n = buf[pos] - 1
     if 0 <= n < 127:
@@ -269,7 +268,7 @@ def _e_DescribeLogDirsResult_2(o, b, parts):
     w_clen(b, v)
     for x in v:
         b = _e_DescribeLogDirsTopic_1(x, b, parts)
-    b += _S4.pack(o.total_bytes, o.usable_bytes)
+    b += _S5.pack(o.total_bytes, o.usable_bytes)
     b.append(0)
     return b
 
@@ -287,7 +286,7 @@ def _d_DescribeLogDirsResult_2(buf, pos):
     for _ in range(n):
         x, pos = _d_DescribeLogDirsTopic_1(buf, pos)
         f_topics.append(x)
-    f_total_bytes, f_usable_bytes, = _S4.unpack_from(buf, pos)
+    f_total_bytes, f_usable_bytes, = _S5.unpack_from(buf, pos)
     pos += 16
     if buf[pos]:
         pos = skip_tags(buf, pos)
@@ -297,7 +296,7 @@ def _d_DescribeLogDirsResult_2(buf, pos):
 
 
 def _e_DescribeLogDirsResponse_3(o, b, parts):
-    b += _S3.pack(o.throttle_time_ms, o.error_code)
+    b += _S4.pack(o.throttle_time_ms, o.error_code)
     v = o.results
     w_clen(b, v)
     for x in v:
@@ -307,7 +306,7 @@ def _e_DescribeLogDirsResponse_3(o, b, parts):
 
 
 def _d_DescribeLogDirsResponse_3(buf, pos):
-    f_throttle_time_ms, f_error_code, = _S3.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, = _S4.unpack_from(buf, pos)
     pos += 6
     n = buf[pos] - 1
     if 0 <= n < 127:
@@ -332,7 +331,7 @@ def _e_DescribeLogDirsResult_3(o, b, parts):
     w_clen(b, v)
     for x in v:
         b = _e_DescribeLogDirsTopic_1(x, b, parts)
-    b += _S5.pack(o.total_bytes, o.usable_bytes, o.is_cordoned)
+    b += _S6.pack(o.total_bytes, o.usable_bytes, o.is_cordoned)
     b.append(0)
     return b
 
@@ -350,7 +349,7 @@ def _d_DescribeLogDirsResult_3(buf, pos):
     for _ in range(n):
         x, pos = _d_DescribeLogDirsTopic_1(buf, pos)
         f_topics.append(x)
-    f_total_bytes, f_usable_bytes, f_is_cordoned, = _S5.unpack_from(buf, pos)
+    f_total_bytes, f_usable_bytes, f_is_cordoned, = _S6.unpack_from(buf, pos)
     pos += 17
     if buf[pos]:
         pos = skip_tags(buf, pos)
@@ -360,7 +359,7 @@ def _d_DescribeLogDirsResult_3(buf, pos):
 
 
 def _e_DescribeLogDirsResponse_4(o, b, parts):
-    b += _S3.pack(o.throttle_time_ms, o.error_code)
+    b += _S4.pack(o.throttle_time_ms, o.error_code)
     v = o.results
     w_clen(b, v)
     for x in v:
@@ -370,7 +369,7 @@ def _e_DescribeLogDirsResponse_4(o, b, parts):
 
 
 def _d_DescribeLogDirsResponse_4(buf, pos):
-    f_throttle_time_ms, f_error_code, = _S3.unpack_from(buf, pos)
+    f_throttle_time_ms, f_error_code, = _S4.unpack_from(buf, pos)
     pos += 6
     n = buf[pos] - 1
     if 0 <= n < 127:

@@ -50,7 +50,8 @@ class DescribeProducersResponse(Message):
 
 _S0 = _Struct('>qiiqiq')
 _S1 = _Struct('>ih')
-_S2 = _Struct('>i')
+_S2 = _Struct('>qiiqiqx')
+_S3 = _Struct('>i')
 
 
 def _e_ProducerState_0(o, b, parts):
@@ -74,8 +75,7 @@ def _e_PartitionResponse_0(o, b, parts):
     w_cnstring(b, o.error_message)
     v = o.active_producers
     w_clen(b, v)
-    for x in v:
-        b = _e_ProducerState_0(x, b, parts)
+    b += b''.join([_S2.pack(x.producer_id, x.producer_epoch, x.last_sequence, x.last_timestamp, x.coordinator_epoch, x.current_txn_start_offset) for x in v])
     b.append(0)
     return b
 
@@ -129,7 +129,7 @@ def _d_TopicResponse_0(buf, pos):
 
 
 def _e_DescribeProducersResponse_0(o, b, parts):
-    b += _S2.pack(o.throttle_time_ms)
+    b += _S3.pack(o.throttle_time_ms)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -139,7 +139,7 @@ def _e_DescribeProducersResponse_0(o, b, parts):
 
 
 def _d_DescribeProducersResponse_0(buf, pos):
-    f_throttle_time_ms, = _S2.unpack_from(buf, pos)
+    f_throttle_time_ms, = _S3.unpack_from(buf, pos)
     pos += 4
     n = buf[pos] - 1
     if 0 <= n < 127:

@@ -75,10 +75,11 @@ _S3 = _Struct('>i')
 _S4 = _Struct('>iiiibii')
 _S5 = _Struct('>iiqqi')
 _S6 = _Struct('>iiqiqi')
-_S7 = _Struct('>16s')
-_S8 = _Struct('>iq')
-_S9 = _Struct('>iiibii')
-_S10 = _Struct('>q')
+_S7 = _Struct('>iiqiqix')
+_S8 = _Struct('>16s')
+_S9 = _Struct('>iq')
+_S10 = _Struct('>iiibii')
+_S11 = _Struct('>q')
 
 
 def _e_ReplicaState_0(o, b, parts):
@@ -104,8 +105,7 @@ def _e_FetchTopic_0(o, b, parts):
     w_string(b, o.topic)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_FetchPartition_0(x, b, parts)
+    b += b''.join([_S0.pack(x.partition, x.fetch_offset, x.partition_max_bytes) for x in v])
     return b
 
 
@@ -158,8 +158,7 @@ def _e_FetchTopic_1(o, b, parts):
     w_string(b, o.topic)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_FetchPartition_1(x, b, parts)
+    b += b''.join([_S2.pack(x.partition, x.fetch_offset, x.log_start_offset, x.partition_max_bytes) for x in v])
     return b
 
 
@@ -256,8 +255,7 @@ def _e_FetchTopic_2(o, b, parts):
     w_string(b, o.topic)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_FetchPartition_2(x, b, parts)
+    b += b''.join([_S5.pack(x.partition, x.current_leader_epoch, x.fetch_offset, x.log_start_offset, x.partition_max_bytes) for x in v])
     return b
 
 
@@ -364,8 +362,7 @@ def _e_FetchTopic_3(o, b, parts):
     w_cstring(b, o.topic)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_FetchPartition_3(x, b, parts)
+    b += b''.join([_S7.pack(x.partition, x.current_leader_epoch, x.fetch_offset, x.last_fetched_epoch, x.log_start_offset, x.partition_max_bytes) for x in v])
     b.append(0)
     return b
 
@@ -474,17 +471,16 @@ def _d_FetchRequest_5(buf, pos):
 
 
 def _e_FetchTopic_4(o, b, parts):
-    b += _S7.pack(o.topic_id.bytes)
+    b += _S8.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_FetchPartition_3(x, b, parts)
+    b += b''.join([_S7.pack(x.partition, x.current_leader_epoch, x.fetch_offset, x.last_fetched_epoch, x.log_start_offset, x.partition_max_bytes) for x in v])
     b.append(0)
     return b
 
 
 def _d_FetchTopic_4(buf, pos):
-    f_topic_id, = _S7.unpack_from(buf, pos)
+    f_topic_id, = _S8.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1
@@ -504,7 +500,7 @@ def _d_FetchTopic_4(buf, pos):
 
 
 def _e_ForgottenTopic_2(o, b, parts):
-    b += _S7.pack(o.topic_id.bytes)
+    b += _S8.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     w_int_array(b, 'i', v)
@@ -513,7 +509,7 @@ def _e_ForgottenTopic_2(o, b, parts):
 
 
 def _d_ForgottenTopic_3(buf, pos):
-    f_topic_id, = _S7.unpack_from(buf, pos)
+    f_topic_id, = _S8.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1
@@ -591,13 +587,13 @@ def _d_FetchRequest_6(buf, pos):
 
 
 def _e_ReplicaState_2(o, b, parts):
-    b += _S8.pack(o.replica_id, o.replica_epoch)
+    b += _S9.pack(o.replica_id, o.replica_epoch)
     b.append(0)
     return b
 
 
 def _d_ReplicaState_2(buf, pos):
-    f_replica_id, f_replica_epoch, = _S8.unpack_from(buf, pos)
+    f_replica_id, f_replica_epoch, = _S9.unpack_from(buf, pos)
     pos += 12
     if buf[pos]:
         pos = skip_tags(buf, pos)
@@ -607,7 +603,7 @@ def _d_ReplicaState_2(buf, pos):
 
 
 def _e_FetchRequest_7(o, b, parts):
-    b += _S9.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    b += _S10.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -633,7 +629,7 @@ def _e_FetchRequest_7(o, b, parts):
 
 
 def _d_FetchRequest_7(buf, pos):
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S9.unpack_from(buf, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(buf, pos)
     pos += 21
     n = buf[pos] - 1
     if 0 <= n < 127:
@@ -677,7 +673,7 @@ def _e_FetchPartition_4(o, b, parts):
     v = o.replica_directory_id
     if v != ZERO_UUID:
         t = bytearray()
-        t += _S7.pack(v.bytes)
+        t += _S8.pack(v.bytes)
         tg.append((0, t))
     w_tags(b, tg)
     return b
@@ -695,7 +691,7 @@ def _d_FetchPartition_4(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            f_replica_directory_id, = _S7.unpack_from(buf, pos)
+            f_replica_directory_id, = _S8.unpack_from(buf, pos)
             pos += 16
             f_replica_directory_id = uuid_from_bytes(f_replica_directory_id)
         pos = end
@@ -703,7 +699,7 @@ def _d_FetchPartition_4(buf, pos):
 
 
 def _e_FetchTopic_5(o, b, parts):
-    b += _S7.pack(o.topic_id.bytes)
+    b += _S8.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -713,7 +709,7 @@ def _e_FetchTopic_5(o, b, parts):
 
 
 def _d_FetchTopic_5(buf, pos):
-    f_topic_id, = _S7.unpack_from(buf, pos)
+    f_topic_id, = _S8.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1
@@ -733,7 +729,7 @@ def _d_FetchTopic_5(buf, pos):
 
 
 def _e_FetchRequest_8(o, b, parts):
-    b += _S9.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    b += _S10.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -759,7 +755,7 @@ def _e_FetchRequest_8(o, b, parts):
 
 
 def _d_FetchRequest_8(buf, pos):
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S9.unpack_from(buf, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(buf, pos)
     pos += 21
     n = buf[pos] - 1
     if 0 <= n < 127:
@@ -803,12 +799,12 @@ def _e_FetchPartition_5(o, b, parts):
     v = o.replica_directory_id
     if v != ZERO_UUID:
         t = bytearray()
-        t += _S7.pack(v.bytes)
+        t += _S8.pack(v.bytes)
         tg.append((0, t))
     v = o.high_watermark
     if v != 9223372036854775807:
         t = bytearray()
-        t += _S10.pack(v)
+        t += _S11.pack(v)
         tg.append((1, t))
     w_tags(b, tg)
     return b
@@ -827,18 +823,18 @@ def _d_FetchPartition_5(buf, pos):
         if end > len(buf):
             raise DecodeError('tagged field runs past the end of the buffer')
         if tag == 0:
-            f_replica_directory_id, = _S7.unpack_from(buf, pos)
+            f_replica_directory_id, = _S8.unpack_from(buf, pos)
             pos += 16
             f_replica_directory_id = uuid_from_bytes(f_replica_directory_id)
         elif tag == 1:
-            f_high_watermark, = _S10.unpack_from(buf, pos)
+            f_high_watermark, = _S11.unpack_from(buf, pos)
             pos += 8
         pos = end
     return FetchPartition(f_partition, f_current_leader_epoch, f_fetch_offset, f_last_fetched_epoch, f_log_start_offset, f_partition_max_bytes, f_replica_directory_id, f_high_watermark), pos
 
 
 def _e_FetchTopic_6(o, b, parts):
-    b += _S7.pack(o.topic_id.bytes)
+    b += _S8.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -848,7 +844,7 @@ def _e_FetchTopic_6(o, b, parts):
 
 
 def _d_FetchTopic_6(buf, pos):
-    f_topic_id, = _S7.unpack_from(buf, pos)
+    f_topic_id, = _S8.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1
@@ -868,7 +864,7 @@ def _d_FetchTopic_6(buf, pos):
 
 
 def _e_FetchRequest_9(o, b, parts):
-    b += _S9.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
+    b += _S10.pack(o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level, o.session_id, o.session_epoch)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -894,7 +890,7 @@ def _e_FetchRequest_9(o, b, parts):
 
 
 def _d_FetchRequest_9(buf, pos):
-    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S9.unpack_from(buf, pos)
+    f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, = _S10.unpack_from(buf, pos)
     pos += 21
     n = buf[pos] - 1
     if 0 <= n < 127:

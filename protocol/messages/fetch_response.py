@@ -97,7 +97,8 @@ _S4 = _Struct('>ihqqq')
 _S5 = _Struct('>ihi')
 _S6 = _Struct('>iq')
 _S7 = _Struct('>ii')
-_S8 = _Struct('>16s')
+_S8 = _Struct('>qqx')
+_S9 = _Struct('>16s')
 
 
 def _e_EpochEndOffset_0(o, b, parts):
@@ -139,8 +140,7 @@ def _e_PartitionData_0(o, b, parts):
     v = o.aborted_transactions
     w_nlen(b, v)
     if v is not None:
-        for x in v:
-            b = _e_AbortedTransaction_0(x, b, parts)
+        b += b''.join([_S1.pack(x.producer_id, x.first_offset) for x in v])
     b = w_records(b, parts, o.records, True)
     return b
 
@@ -208,8 +208,7 @@ def _e_PartitionData_1(o, b, parts):
     v = o.aborted_transactions
     w_nlen(b, v)
     if v is not None:
-        for x in v:
-            b = _e_AbortedTransaction_0(x, b, parts)
+        b += b''.join([_S1.pack(x.producer_id, x.first_offset) for x in v])
     b = w_records(b, parts, o.records, True)
     return b
 
@@ -293,8 +292,7 @@ def _e_PartitionData_2(o, b, parts):
     v = o.aborted_transactions
     w_nlen(b, v)
     if v is not None:
-        for x in v:
-            b = _e_AbortedTransaction_0(x, b, parts)
+        b += b''.join([_S1.pack(x.producer_id, x.first_offset) for x in v])
     b += _S3.pack(o.preferred_read_replica)
     b = w_records(b, parts, o.records, True)
     return b
@@ -425,8 +423,7 @@ def _e_PartitionData_3(o, b, parts):
     v = o.aborted_transactions
     w_cnlen(b, v)
     if v is not None:
-        for x in v:
-            b = _e_AbortedTransaction_1(x, b, parts)
+        b += b''.join([_S8.pack(x.producer_id, x.first_offset) for x in v])
     b += _S3.pack(o.preferred_read_replica)
     b = w_crecords(b, parts, o.records, True)
     tg = []
@@ -558,7 +555,7 @@ def _d_FetchResponse_4(buf, pos):
 
 
 def _e_FetchableTopicResponse_4(o, b, parts):
-    b += _S8.pack(o.topic_id.bytes)
+    b += _S9.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -568,7 +565,7 @@ def _e_FetchableTopicResponse_4(o, b, parts):
 
 
 def _d_FetchableTopicResponse_4(buf, pos):
-    f_topic_id, = _S8.unpack_from(buf, pos)
+    f_topic_id, = _S9.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1

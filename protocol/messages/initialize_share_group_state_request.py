@@ -37,6 +37,7 @@ class InitializeShareGroupStateRequest(Message):
 
 _S0 = _Struct('>iiq')
 _S1 = _Struct('>16s')
+_S2 = _Struct('>iiqx')
 
 
 def _e_PartitionData_0(o, b, parts):
@@ -59,8 +60,7 @@ def _e_InitializeStateData_0(o, b, parts):
     b += _S1.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_PartitionData_0(x, b, parts)
+    b += b''.join([_S2.pack(x.partition, x.state_epoch, x.start_offset) for x in v])
     b.append(0)
     return b
 

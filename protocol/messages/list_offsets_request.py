@@ -41,6 +41,7 @@ _S0 = _Struct('>iq')
 _S1 = _Struct('>i')
 _S2 = _Struct('>ib')
 _S3 = _Struct('>iiq')
+_S4 = _Struct('>iiqx')
 
 
 def _e_ListOffsetsPartition_0(o, b, parts):
@@ -58,8 +59,7 @@ def _e_ListOffsetsTopic_0(o, b, parts):
     w_string(b, o.name)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_ListOffsetsPartition_0(x, b, parts)
+    b += b''.join([_S0.pack(x.partition_index, x.timestamp) for x in v])
     return b
 
 
@@ -128,8 +128,7 @@ def _e_ListOffsetsTopic_1(o, b, parts):
     w_string(b, o.name)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_ListOffsetsPartition_1(x, b, parts)
+    b += b''.join([_S3.pack(x.partition_index, x.current_leader_epoch, x.timestamp) for x in v])
     return b
 
 
@@ -183,8 +182,7 @@ def _e_ListOffsetsTopic_2(o, b, parts):
     w_cstring(b, o.name)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_ListOffsetsPartition_2(x, b, parts)
+    b += b''.join([_S4.pack(x.partition_index, x.current_leader_epoch, x.timestamp) for x in v])
     b.append(0)
     return b
 

@@ -40,6 +40,7 @@ class ListOffsetsResponse(Message):
 _S0 = _Struct('>ihqq')
 _S1 = _Struct('>i')
 _S2 = _Struct('>ihqqi')
+_S3 = _Struct('>ihqqix')
 
 
 def _e_ListOffsetsPartitionResponse_0(o, b, parts):
@@ -57,8 +58,7 @@ def _e_ListOffsetsTopicResponse_0(o, b, parts):
     w_string(b, o.name)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_ListOffsetsPartitionResponse_0(x, b, parts)
+    b += b''.join([_S0.pack(x.partition_index, x.error_code, x.timestamp, x.offset) for x in v])
     return b
 
 
@@ -124,8 +124,7 @@ def _e_ListOffsetsTopicResponse_1(o, b, parts):
     w_string(b, o.name)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_ListOffsetsPartitionResponse_1(x, b, parts)
+    b += b''.join([_S2.pack(x.partition_index, x.error_code, x.timestamp, x.offset, x.leader_epoch) for x in v])
     return b
 
 
@@ -179,8 +178,7 @@ def _e_ListOffsetsTopicResponse_2(o, b, parts):
     w_cstring(b, o.name)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_ListOffsetsPartitionResponse_2(x, b, parts)
+    b += b''.join([_S3.pack(x.partition_index, x.error_code, x.timestamp, x.offset, x.leader_epoch) for x in v])
     b.append(0)
     return b
 

@@ -37,7 +37,8 @@ class OffsetCommitResponse(Message):
 
 _S0 = _Struct('>ih')
 _S1 = _Struct('>i')
-_S2 = _Struct('>16s')
+_S2 = _Struct('>ihx')
+_S3 = _Struct('>16s')
 
 
 def _e_OffsetCommitResponsePartition_0(o, b, parts):
@@ -55,8 +56,7 @@ def _e_OffsetCommitResponseTopic_0(o, b, parts):
     w_string(b, o.name)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_OffsetCommitResponsePartition_0(x, b, parts)
+    b += b''.join([_S0.pack(x.partition_index, x.error_code) for x in v])
     return b
 
 
@@ -127,8 +127,7 @@ def _e_OffsetCommitResponseTopic_1(o, b, parts):
     w_cstring(b, o.name)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_OffsetCommitResponsePartition_1(x, b, parts)
+    b += b''.join([_S2.pack(x.partition_index, x.error_code) for x in v])
     b.append(0)
     return b
 
@@ -181,17 +180,16 @@ def _d_OffsetCommitResponse_2(buf, pos):
 
 
 def _e_OffsetCommitResponseTopic_2(o, b, parts):
-    b += _S2.pack(o.topic_id.bytes)
+    b += _S3.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_OffsetCommitResponsePartition_1(x, b, parts)
+    b += b''.join([_S2.pack(x.partition_index, x.error_code) for x in v])
     b.append(0)
     return b
 
 
 def _d_OffsetCommitResponseTopic_2(buf, pos):
-    f_topic_id, = _S2.unpack_from(buf, pos)
+    f_topic_id, = _S3.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1

@@ -51,8 +51,7 @@ def _e_OffsetDeleteRequestTopic_0(o, b, parts):
     w_string(b, o.name)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_OffsetDeleteRequestPartition_0(x, b, parts)
+    b += b''.join([_S0.pack(x.partition_index) for x in v])
     return b
 
 

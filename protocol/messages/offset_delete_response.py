@@ -54,8 +54,7 @@ def _e_OffsetDeleteResponseTopic_0(o, b, parts):
     w_string(b, o.name)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_OffsetDeleteResponsePartition_0(x, b, parts)
+    b += b''.join([_S0.pack(x.partition_index, x.error_code) for x in v])
     return b
 
 

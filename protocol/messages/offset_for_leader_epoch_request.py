@@ -37,6 +37,7 @@ class OffsetForLeaderEpochRequest(Message):
 
 _S0 = _Struct('>iii')
 _S1 = _Struct('>i')
+_S2 = _Struct('>iiix')
 
 
 def _e_OffsetForLeaderPartition_0(o, b, parts):
@@ -54,8 +55,7 @@ def _e_OffsetForLeaderTopic_0(o, b, parts):
     w_string(b, o.topic)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_OffsetForLeaderPartition_0(x, b, parts)
+    b += b''.join([_S0.pack(x.partition, x.current_leader_epoch, x.leader_epoch) for x in v])
     return b
 
 
@@ -126,8 +126,7 @@ def _e_OffsetForLeaderTopic_1(o, b, parts):
     w_cstring(b, o.topic)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_OffsetForLeaderPartition_1(x, b, parts)
+    b += b''.join([_S2.pack(x.partition, x.current_leader_epoch, x.leader_epoch) for x in v])
     b.append(0)
     return b
 

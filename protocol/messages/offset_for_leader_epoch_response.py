@@ -38,6 +38,7 @@ class OffsetForLeaderEpochResponse(Message):
 
 _S0 = _Struct('>hiiq')
 _S1 = _Struct('>i')
+_S2 = _Struct('>hiiqx')
 
 
 def _e_EpochEndOffset_0(o, b, parts):
@@ -55,8 +56,7 @@ def _e_OffsetForLeaderTopicResult_0(o, b, parts):
     w_string(b, o.topic)
     v = o.partitions
     w_len(b, v)
-    for x in v:
-        b = _e_EpochEndOffset_0(x, b, parts)
+    b += b''.join([_S0.pack(x.error_code, x.partition, x.leader_epoch, x.end_offset) for x in v])
     return b
 
 
@@ -110,8 +110,7 @@ def _e_OffsetForLeaderTopicResult_1(o, b, parts):
     w_cstring(b, o.topic)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_EpochEndOffset_1(x, b, parts)
+    b += b''.join([_S2.pack(x.error_code, x.partition, x.leader_epoch, x.end_offset) for x in v])
     b.append(0)
     return b
 

@@ -102,8 +102,7 @@ def _e_TopicProduceResponse_0(o, b, parts):
     w_string(b, o.name)
     v = o.partition_responses
     w_len(b, v)
-    for x in v:
-        b = _e_PartitionProduceResponse_0(x, b, parts)
+    b += b''.join([_S0.pack(x.index, x.error_code, x.base_offset, x.log_append_time_ms) for x in v])
     return b
 
 
@@ -156,8 +155,7 @@ def _e_TopicProduceResponse_1(o, b, parts):
     w_string(b, o.name)
     v = o.partition_responses
     w_len(b, v)
-    for x in v:
-        b = _e_PartitionProduceResponse_1(x, b, parts)
+    b += b''.join([_S2.pack(x.index, x.error_code, x.base_offset, x.log_append_time_ms, x.log_start_offset) for x in v])
     return b
 
 

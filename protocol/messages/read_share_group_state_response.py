@@ -50,7 +50,8 @@ class ReadShareGroupStateResponse(Message):
 _S0 = _Struct('>qqbh')
 _S1 = _Struct('>ih')
 _S2 = _Struct('>iq')
-_S3 = _Struct('>16s')
+_S3 = _Struct('>qqbhx')
+_S4 = _Struct('>16s')
 
 
 def _e_StateBatch_0(o, b, parts):
@@ -75,8 +76,7 @@ def _e_PartitionResult_0(o, b, parts):
     b += _S2.pack(o.state_epoch, o.start_offset)
     v = o.state_batches
     w_clen(b, v)
-    for x in v:
-        b = _e_StateBatch_0(x, b, parts)
+    b += b''.join([_S3.pack(x.first_offset, x.last_offset, x.delivery_state, x.delivery_count) for x in v])
     b.append(0)
     return b
 
@@ -104,7 +104,7 @@ def _d_PartitionResult_0(buf, pos):
 
 
 def _e_ReadStateResult_0(o, b, parts):
-    b += _S3.pack(o.topic_id.bytes)
+    b += _S4.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -114,7 +114,7 @@ def _e_ReadStateResult_0(o, b, parts):
 
 
 def _d_ReadStateResult_0(buf, pos):
-    f_topic_id, = _S3.unpack_from(buf, pos)
+    f_topic_id, = _S4.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1

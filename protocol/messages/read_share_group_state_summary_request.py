@@ -36,6 +36,7 @@ class ReadShareGroupStateSummaryRequest(Message):
 
 _S0 = _Struct('>ii')
 _S1 = _Struct('>16s')
+_S2 = _Struct('>iix')
 
 
 def _e_PartitionData_0(o, b, parts):
@@ -58,8 +59,7 @@ def _e_ReadStateSummaryData_0(o, b, parts):
     b += _S1.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_PartitionData_0(x, b, parts)
+    b += b''.join([_S2.pack(x.partition, x.leader_epoch) for x in v])
     b.append(0)
     return b
 

@@ -75,8 +75,9 @@ _S0 = _Struct('>ii')
 _S1 = _Struct('>qqh')
 _S2 = _Struct('>ih')
 _S3 = _Struct('>h')
-_S4 = _Struct('>16s')
-_S5 = _Struct('>i')
+_S4 = _Struct('>qqhx')
+_S5 = _Struct('>16s')
+_S6 = _Struct('>i')
 
 
 def _e_LeaderIdAndEpoch_0(o, b, parts):
@@ -120,8 +121,7 @@ def _e_PartitionData_0(o, b, parts):
     b = w_crecords(b, parts, o.records, False)
     v = o.acquired_records
     w_clen(b, v)
-    for x in v:
-        b = _e_AcquiredRecords_0(x, b, parts)
+    b += b''.join([_S4.pack(x.first_offset, x.last_offset, x.delivery_count) for x in v])
     b.append(0)
     return b
 
@@ -152,7 +152,7 @@ def _d_PartitionData_0(buf, pos):
 
 
 def _e_ShareFetchableTopicResponse_0(o, b, parts):
-    b += _S4.pack(o.topic_id.bytes)
+    b += _S5.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -162,7 +162,7 @@ def _e_ShareFetchableTopicResponse_0(o, b, parts):
 
 
 def _d_ShareFetchableTopicResponse_0(buf, pos):
-    f_topic_id, = _S4.unpack_from(buf, pos)
+    f_topic_id, = _S5.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1
@@ -182,19 +182,19 @@ def _d_ShareFetchableTopicResponse_0(buf, pos):
 
 
 def _e_NodeEndpoint_0(o, b, parts):
-    b += _S5.pack(o.node_id)
+    b += _S6.pack(o.node_id)
     w_cstring(b, o.host)
-    b += _S5.pack(o.port)
+    b += _S6.pack(o.port)
     w_cnstring(b, o.rack)
     b.append(0)
     return b
 
 
 def _d_NodeEndpoint_0(buf, pos):
-    f_node_id, = _S5.unpack_from(buf, pos)
+    f_node_id, = _S6.unpack_from(buf, pos)
     pos += 4
     f_host, pos = r_cstring(buf, pos)
-    f_port, = _S5.unpack_from(buf, pos)
+    f_port, = _S6.unpack_from(buf, pos)
     pos += 4
     f_rack, pos = r_cnstring(buf, pos)
     if buf[pos]:
@@ -207,7 +207,7 @@ def _d_NodeEndpoint_0(buf, pos):
 def _e_ShareFetchResponse_0(o, b, parts):
     b += _S2.pack(o.throttle_time_ms, o.error_code)
     w_cnstring(b, o.error_message)
-    b += _S5.pack(o.acquisition_lock_timeout_ms)
+    b += _S6.pack(o.acquisition_lock_timeout_ms)
     v = o.responses
     w_clen(b, v)
     for x in v:
@@ -224,7 +224,7 @@ def _d_ShareFetchResponse_0(buf, pos):
     f_throttle_time_ms, f_error_code, = _S2.unpack_from(buf, pos)
     pos += 6
     f_error_message, pos = r_cnstring(buf, pos)
-    f_acquisition_lock_timeout_ms, = _S5.unpack_from(buf, pos)
+    f_acquisition_lock_timeout_ms, = _S6.unpack_from(buf, pos)
     pos += 4
     n = buf[pos] - 1
     if 0 <= n < 127:

@@ -50,8 +50,9 @@ class WriteShareGroupStateRequest(Message):
 
 _S0 = _Struct('>qqbh')
 _S1 = _Struct('>iiiq')
-_S2 = _Struct('>16s')
-_S3 = _Struct('>iiiqi')
+_S2 = _Struct('>qqbhx')
+_S3 = _Struct('>16s')
+_S4 = _Struct('>iiiqi')
 
 
 def _e_StateBatch_0(o, b, parts):
@@ -74,8 +75,7 @@ def _e_PartitionData_0(o, b, parts):
     b += _S1.pack(o.partition, o.state_epoch, o.leader_epoch, o.start_offset)
     v = o.state_batches
     w_clen(b, v)
-    for x in v:
-        b = _e_StateBatch_0(x, b, parts)
+    b += b''.join([_S2.pack(x.first_offset, x.last_offset, x.delivery_state, x.delivery_count) for x in v])
     b.append(0)
     return b
 
@@ -100,7 +100,7 @@ def _d_PartitionData_0(buf, pos):
 
 
 def _e_WriteStateData_0(o, b, parts):
-    b += _S2.pack(o.topic_id.bytes)
+    b += _S3.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -110,7 +110,7 @@ def _e_WriteStateData_0(o, b, parts):
 
 
 def _d_WriteStateData_0(buf, pos):
-    f_topic_id, = _S2.unpack_from(buf, pos)
+    f_topic_id, = _S3.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1
@@ -158,17 +158,16 @@ def _d_WriteShareGroupStateRequest_0(buf, pos):
 
 
 def _e_PartitionData_1(o, b, parts):
-    b += _S3.pack(o.partition, o.state_epoch, o.leader_epoch, o.start_offset, o.delivery_complete_count)
+    b += _S4.pack(o.partition, o.state_epoch, o.leader_epoch, o.start_offset, o.delivery_complete_count)
     v = o.state_batches
     w_clen(b, v)
-    for x in v:
-        b = _e_StateBatch_0(x, b, parts)
+    b += b''.join([_S2.pack(x.first_offset, x.last_offset, x.delivery_state, x.delivery_count) for x in v])
     b.append(0)
     return b
 
 
 def _d_PartitionData_1(buf, pos):
-    f_partition, f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count, = _S3.unpack_from(buf, pos)
+    f_partition, f_state_epoch, f_leader_epoch, f_start_offset, f_delivery_complete_count, = _S4.unpack_from(buf, pos)
     pos += 24
     n = buf[pos] - 1
     if 0 <= n < 127:
@@ -187,7 +186,7 @@ def _d_PartitionData_1(buf, pos):
 
 
 def _e_WriteStateData_1(o, b, parts):
-    b += _S2.pack(o.topic_id.bytes)
+    b += _S3.pack(o.topic_id.bytes)
     v = o.partitions
     w_clen(b, v)
     for x in v:
@@ -197,7 +196,7 @@ def _e_WriteStateData_1(o, b, parts):
 
 
 def _d_WriteStateData_1(buf, pos):
-    f_topic_id, = _S2.unpack_from(buf, pos)
+    f_topic_id, = _S3.unpack_from(buf, pos)
     pos += 16
     f_topic_id = uuid_from_bytes(f_topic_id)
     n = buf[pos] - 1

@@ -42,7 +42,8 @@ class WriteTxnMarkersResponse(Message):
 
 
 _S0 = _Struct('>ih')
-_S1 = _Struct('>q')
+_S1 = _Struct('>ihx')
+_S2 = _Struct('>q')
 
 
 def _e_WritableTxnMarkerPartitionResult_0(o, b, parts):
@@ -65,8 +66,7 @@ def _e_WritableTxnMarkerTopicResult_0(o, b, parts):
     w_cstring(b, o.name)
     v = o.partitions
     w_clen(b, v)
-    for x in v:
-        b = _e_WritableTxnMarkerPartitionResult_0(x, b, parts)
+    b += b''.join([_S1.pack(x.partition_index, x.error_code) for x in v])
     b.append(0)
     return b
 
@@ -90,7 +90,7 @@ def _d_WritableTxnMarkerTopicResult_0(buf, pos):
 
 
 def _e_WritableTxnMarkerResult_0(o, b, parts):
-    b += _S1.pack(o.producer_id)
+    b += _S2.pack(o.producer_id)
     v = o.topics
     w_clen(b, v)
     for x in v:
@@ -100,7 +100,7 @@ def _e_WritableTxnMarkerResult_0(o, b, parts):
 
 
 def _d_WritableTxnMarkerResult_0(buf, pos):
-    f_producer_id, = _S1.unpack_from(buf, pos)
+    f_producer_id, = _S2.unpack_from(buf, pos)
     pos += 8
     n = buf[pos] - 1
     if 0 <= n < 127:

@@ -119,9 +119,10 @@ def _sorted_disjoint(batches) -> bool:
     return all(b.first_offset <= b.last_offset for b in batches)
 
 
-_first_of = itemgetter(0)
-_last_of = itemgetter(1)
-_count_of = itemgetter(3)
+# A StateBatch's fields, for bisect keys and C-level passes over many batches.
+_first = itemgetter(0)
+_last = itemgetter(1)
+_count = itemgetter(3)
 
 
 def _swap(window, new) -> list[StateBatch] | None:
@@ -144,12 +145,12 @@ def _swap(window, new) -> list[StateBatch] | None:
     at = 0 if window and window[0][0] == new[0][0] else 1
     old = window[at::2]
     if len(old) != n \
-            or list(map(_first_of, old)) != list(map(_first_of, new)) \
-            or list(map(_last_of, old)) != list(map(_last_of, new)):
+            or list(map(_first, old)) != list(map(_first, new)) \
+            or list(map(_last, old)) != list(map(_last, new)):
         return None
-    counts = list(map(_count_of, new))
-    if not all(map(gt, counts, map(_count_of, old))) \
-            or not set(counts).isdisjoint(map(_count_of, window[1 - at::2])):
+    counts = list(map(_count, new))
+    if not all(map(gt, counts, map(_count, old))) \
+            or not set(counts).isdisjoint(map(_count, window[1 - at::2])):
         return None
     out = list(window)
     out[at::2] = new
@@ -219,14 +220,6 @@ def _overlay(window, new, start_offset: int) -> list[StateBatch] | None:
 
 
 _END = StateBatch(1 << 64, 1 << 64, 0, 0)  # past any offset: ``_overlay``'s window is done
-
-
-def _first(b: StateBatch) -> int:
-    return b.first_offset
-
-
-def _last(b: StateBatch) -> int:
-    return b.last_offset
 
 
 def _sweep(current, new, start_offset: int) -> list[StateBatch]:

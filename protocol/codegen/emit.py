@@ -7,6 +7,7 @@ code is identical share one function, which keeps the modules small.
 
 from __future__ import annotations
 
+import re
 import struct as _struct
 
 from .schema import FIXED_TYPES, Field, Schema, Struct
@@ -27,7 +28,7 @@ class _Ctx:
     def __init__(self) -> None:
         self.structs: dict[str, str] = {}  # format -> constant name
         self.functions: dict[str, str] = {}  # body (with placeholder name) -> function name
-        self.code: list[str] = []
+        self.code: list[tuple[str, str]] = []  # (function name, its text), callees first
         self.counter: dict[str, int] = {}
         self.struct_defs: dict[str, Struct] = {}  # the schema's structs by name
 
@@ -43,7 +44,7 @@ class _Ctx:
             n = self.counter.get(prefix, 0)
             self.counter[prefix] = n + 1
             name = self.functions[body] = f"{prefix}_{n}"
-            self.code.append(body.replace("__FN__", name))
+            self.code.append((name, body.replace("__FN__", name)))
         return name
 
 
@@ -434,6 +435,22 @@ def _class(schema: Schema, s: Struct) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _reachable(functions: list[tuple[str, str]], roots: set[str]) -> str:
+    """The text of the functions the top-level encoders and decoders call, directly or not.
+
+    Every struct gets an encoder and a decoder per version, but an array of fixed-width
+    structs is encoded inline (``_fixed_element``), so its element encoder may be called by
+    nobody. Callees come before their callers, so one pass from the last function back finds
+    every caller of a function before the function itself."""
+    live = set(roots)
+    kept = []
+    for name, text in reversed(functions):
+        if name in live:
+            kept.append(text)
+            live.update(re.findall(r"\b_[ed]_\w+", text))
+    return "\n".join(t + "\n" for t in reversed(kept))
+
+
 def emit_module(schema: Schema, source: str) -> str:
     ctx = _Ctx()
     ctx.struct_defs = {s.name: s for s in schema.structs}
@@ -449,11 +466,12 @@ def emit_module(schema: Schema, source: str) -> str:
             dec_fns[s.name] = ctx.function(f"_d_{s.name}", _decoder(ctx, vs, s, dec_fns))
         top_enc[v] = enc_fns[schema.top.name]
         top_dec[v] = dec_fns[schema.top.name]
+    code = _reachable(ctx.code, {*top_enc.values(), *top_dec.values()})
     out = [HEADER.format(src=source), ""]
     out += [c + "\n" for c in classes]
-    out += [f"{name} = _Struct({fmt!r})" for fmt, name in ctx.structs.items()]
+    out += [f"{name} = _Struct({fmt!r})" for fmt, name in ctx.structs.items() if re.search(rf"\b{name}\b", code)]
     out.append("\n")
-    out += [c + "\n" for c in ctx.code]
+    out.append(code)
     name = schema.top.name
     out.append(f"{name}._ENCODERS = {{{', '.join(f'{v}: {fn}' for v, fn in top_enc.items())}}}")
     out.append(f"{name}._DECODERS = {{{', '.join(f'{v}: {fn}' for v, fn in top_dec.items())}}}")

@@ -40,12 +40,6 @@ _S2 = _Struct('>qqbhx')
 _S3 = _Struct('>i')
 
 
-def _e_StateBatch_0(o, b, parts):
-    b += _S0.pack(o.first_offset, o.last_offset, o.delivery_state, o.delivery_count)
-    b.append(0)
-    return b
-
-
 def _d_StateBatch_0(buf, pos):
     f_first_offset, f_last_offset, f_delivery_state, f_delivery_count, = _S0.unpack_from(buf, pos)
     pos += 19

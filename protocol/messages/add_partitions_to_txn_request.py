@@ -64,14 +64,6 @@ def _d_AddPartitionsToTxnTopic_0(buf, pos):
     return AddPartitionsToTxnTopic(f_name, f_partitions), pos
 
 
-def _e_AddPartitionsToTxnTransaction_0(o, b, parts):
-    return b
-
-
-def _d_AddPartitionsToTxnTransaction_0(buf, pos):
-    return AddPartitionsToTxnTransaction('', 0, 0, False, MISSING), pos
-
-
 def _e_AddPartitionsToTxnRequest_0(o, b, parts):
     w_string(b, o.v3_and_below_transactional_id)
     b += _S1.pack(o.v3_and_below_producer_id, o.v3_and_below_producer_epoch)
@@ -120,19 +112,6 @@ def _d_AddPartitionsToTxnTopic_1(buf, pos):
     else:
         pos += 1
     return AddPartitionsToTxnTopic(f_name, f_partitions), pos
-
-
-def _e_AddPartitionsToTxnTransaction_1(o, b, parts):
-    b.append(0)
-    return b
-
-
-def _d_AddPartitionsToTxnTransaction_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return AddPartitionsToTxnTransaction('', 0, 0, False, MISSING), pos
 
 
 def _e_AddPartitionsToTxnRequest_1(o, b, parts):

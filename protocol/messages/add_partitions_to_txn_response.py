@@ -49,11 +49,6 @@ _S1 = _Struct('>i')
 _S2 = _Struct('>ihx')
 
 
-def _e_AddPartitionsToTxnPartitionResult_0(o, b, parts):
-    b += _S0.pack(o.partition_index, o.partition_error_code)
-    return b
-
-
 def _d_AddPartitionsToTxnPartitionResult_0(buf, pos):
     f_partition_index, f_partition_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
@@ -78,14 +73,6 @@ def _d_AddPartitionsToTxnTopicResult_0(buf, pos):
     return AddPartitionsToTxnTopicResult(f_name, f_results_by_partition), pos
 
 
-def _e_AddPartitionsToTxnResult_0(o, b, parts):
-    return b
-
-
-def _d_AddPartitionsToTxnResult_0(buf, pos):
-    return AddPartitionsToTxnResult('', MISSING), pos
-
-
 def _e_AddPartitionsToTxnResponse_0(o, b, parts):
     b += _S1.pack(o.throttle_time_ms)
     v = o.results_by_topic_v3_and_below
@@ -104,12 +91,6 @@ def _d_AddPartitionsToTxnResponse_0(buf, pos):
         x, pos = _d_AddPartitionsToTxnTopicResult_0(buf, pos)
         f_results_by_topic_v3_and_below.append(x)
     return AddPartitionsToTxnResponse(f_throttle_time_ms, 0, MISSING, f_results_by_topic_v3_and_below), pos
-
-
-def _e_AddPartitionsToTxnPartitionResult_1(o, b, parts):
-    b += _S0.pack(o.partition_index, o.partition_error_code)
-    b.append(0)
-    return b
 
 
 def _d_AddPartitionsToTxnPartitionResult_1(buf, pos):
@@ -147,19 +128,6 @@ def _d_AddPartitionsToTxnTopicResult_1(buf, pos):
     else:
         pos += 1
     return AddPartitionsToTxnTopicResult(f_name, f_results_by_partition), pos
-
-
-def _e_AddPartitionsToTxnResult_1(o, b, parts):
-    b.append(0)
-    return b
-
-
-def _d_AddPartitionsToTxnResult_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return AddPartitionsToTxnResult('', MISSING), pos
 
 
 def _e_AddPartitionsToTxnResponse_1(o, b, parts):

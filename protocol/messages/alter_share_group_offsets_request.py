@@ -38,12 +38,6 @@ _S0 = _Struct('>iq')
 _S1 = _Struct('>iqx')
 
 
-def _e_AlterShareGroupOffsetsRequestPartition_0(o, b, parts):
-    b += _S0.pack(o.partition_index, o.start_offset)
-    b.append(0)
-    return b
-
-
 def _d_AlterShareGroupOffsetsRequestPartition_0(buf, pos):
     f_partition_index, f_start_offset, = _S0.unpack_from(buf, pos)
     pos += 12

@@ -59,27 +59,10 @@ _S5 = _Struct('>q')
 _S6 = _Struct('>?')
 
 
-def _e_ApiVersion_0(o, b, parts):
-    b += _S0.pack(o.api_key, o.min_version, o.max_version)
-    return b
-
-
 def _d_ApiVersion_0(buf, pos):
     f_api_key, f_min_version, f_max_version, = _S0.unpack_from(buf, pos)
     pos += 6
     return ApiVersion(f_api_key, f_min_version, f_max_version), pos
-
-
-def _e_SupportedFeatureKey_0(o, b, parts):
-    return b
-
-
-def _d_SupportedFeatureKey_0(buf, pos):
-    return SupportedFeatureKey('', 0, 0), pos
-
-
-def _d_FinalizedFeatureKey_0(buf, pos):
-    return FinalizedFeatureKey('', 0, 0), pos
 
 
 def _e_ApiVersionsResponse_0(o, b, parts):
@@ -121,12 +104,6 @@ def _d_ApiVersionsResponse_1(buf, pos):
     f_throttle_time_ms, = _S2.unpack_from(buf, pos)
     pos += 4
     return ApiVersionsResponse(f_error_code, f_api_keys, f_throttle_time_ms, MISSING, -1, MISSING, False), pos
-
-
-def _e_ApiVersion_1(o, b, parts):
-    b += _S0.pack(o.api_key, o.min_version, o.max_version)
-    b.append(0)
-    return b
 
 
 def _d_ApiVersion_1(buf, pos):

@@ -50,14 +50,6 @@ _S3 = _Struct('>ih')
 _S4 = _Struct('>16sh')
 
 
-def _e_CreatableTopicConfigs_0(o, b, parts):
-    return b
-
-
-def _d_CreatableTopicConfigs_0(buf, pos):
-    return CreatableTopicConfigs('', '', False, -1, False), pos
-
-
 def _e_CreatableTopicResult_0(o, b, parts):
     w_string(b, o.name)
     b += _S0.pack(o.error_code)

@@ -39,11 +39,6 @@ _S1 = _Struct('>i')
 _S2 = _Struct('>iqx')
 
 
-def _e_DeleteRecordsPartition_0(o, b, parts):
-    b += _S0.pack(o.partition_index, o.offset)
-    return b
-
-
 def _d_DeleteRecordsPartition_0(buf, pos):
     f_partition_index, f_offset, = _S0.unpack_from(buf, pos)
     pos += 12
@@ -86,12 +81,6 @@ def _d_DeleteRecordsRequest_0(buf, pos):
     f_timeout_ms, = _S1.unpack_from(buf, pos)
     pos += 4
     return DeleteRecordsRequest(f_topics, f_timeout_ms), pos
-
-
-def _e_DeleteRecordsPartition_1(o, b, parts):
-    b += _S0.pack(o.partition_index, o.offset)
-    b.append(0)
-    return b
 
 
 def _d_DeleteRecordsPartition_1(buf, pos):

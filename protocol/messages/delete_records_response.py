@@ -40,11 +40,6 @@ _S1 = _Struct('>i')
 _S2 = _Struct('>iqhx')
 
 
-def _e_DeleteRecordsPartitionResult_0(o, b, parts):
-    b += _S0.pack(o.partition_index, o.low_watermark, o.error_code)
-    return b
-
-
 def _d_DeleteRecordsPartitionResult_0(buf, pos):
     f_partition_index, f_low_watermark, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 14
@@ -87,12 +82,6 @@ def _d_DeleteRecordsResponse_0(buf, pos):
         x, pos = _d_DeleteRecordsTopicResult_0(buf, pos)
         f_topics.append(x)
     return DeleteRecordsResponse(f_throttle_time_ms, f_topics), pos
-
-
-def _e_DeleteRecordsPartitionResult_1(o, b, parts):
-    b += _S0.pack(o.partition_index, o.low_watermark, o.error_code)
-    b.append(0)
-    return b
 
 
 def _d_DeleteRecordsPartitionResult_1(buf, pos):

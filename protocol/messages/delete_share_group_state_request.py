@@ -38,12 +38,6 @@ _S1 = _Struct('>16s')
 _S2 = _Struct('>ix')
 
 
-def _e_PartitionData_0(o, b, parts):
-    b += _S0.pack(o.partition)
-    b.append(0)
-    return b
-
-
 def _d_PartitionData_0(buf, pos):
     f_partition, = _S0.unpack_from(buf, pos)
     pos += 4

@@ -31,14 +31,6 @@ _S0 = _Struct('>i')
 _S1 = _Struct('>16s')
 
 
-def _e_DeleteTopicState_0(o, b, parts):
-    return b
-
-
-def _d_DeleteTopicState_0(buf, pos):
-    return DeleteTopicState(None, ZERO_UUID), pos
-
-
 def _e_DeleteTopicsRequest_0(o, b, parts):
     v = o.topic_names
     w_len(b, v)
@@ -57,19 +49,6 @@ def _d_DeleteTopicsRequest_0(buf, pos):
     f_timeout_ms, = _S0.unpack_from(buf, pos)
     pos += 4
     return DeleteTopicsRequest(MISSING, f_topic_names, f_timeout_ms), pos
-
-
-def _e_DeleteTopicState_1(o, b, parts):
-    b.append(0)
-    return b
-
-
-def _d_DeleteTopicState_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return DeleteTopicState(None, ZERO_UUID), pos
 
 
 def _e_DeleteTopicsRequest_1(o, b, parts):

@@ -58,11 +58,6 @@ _S5 = _Struct('>qq')
 _S6 = _Struct('>qq?')
 
 
-def _e_DescribeLogDirsPartition_0(o, b, parts):
-    b += _S0.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key)
-    return b
-
-
 def _d_DescribeLogDirsPartition_0(buf, pos):
     f_partition_index, f_partition_size, f_offset_lag, f_is_future_key, = _S0.unpack_from(buf, pos)
     pos += 21
@@ -127,12 +122,6 @@ def _d_DescribeLogDirsResponse_0(buf, pos):
         x, pos = _d_DescribeLogDirsResult_0(buf, pos)
         f_results.append(x)
     return DescribeLogDirsResponse(f_throttle_time_ms, 0, f_results), pos
-
-
-def _e_DescribeLogDirsPartition_1(o, b, parts):
-    b += _S0.pack(o.partition_index, o.partition_size, o.offset_lag, o.is_future_key)
-    b.append(0)
-    return b
 
 
 def _d_DescribeLogDirsPartition_1(buf, pos):

@@ -54,12 +54,6 @@ _S2 = _Struct('>qiiqiqx')
 _S3 = _Struct('>i')
 
 
-def _e_ProducerState_0(o, b, parts):
-    b += _S0.pack(o.producer_id, o.producer_epoch, o.last_sequence, o.last_timestamp, o.coordinator_epoch, o.current_txn_start_offset)
-    b.append(0)
-    return b
-
-
 def _d_ProducerState_0(buf, pos):
     f_producer_id, f_producer_epoch, f_last_sequence, f_last_timestamp, f_coordinator_epoch, f_current_txn_start_offset, = _S0.unpack_from(buf, pos)
     pos += 36

@@ -82,19 +82,6 @@ _S10 = _Struct('>iiibii')
 _S11 = _Struct('>q')
 
 
-def _e_ReplicaState_0(o, b, parts):
-    return b
-
-
-def _d_ReplicaState_0(buf, pos):
-    return ReplicaState(-1, -1), pos
-
-
-def _e_FetchPartition_0(o, b, parts):
-    b += _S0.pack(o.partition, o.fetch_offset, o.partition_max_bytes)
-    return b
-
-
 def _d_FetchPartition_0(buf, pos):
     f_partition, f_fetch_offset, f_partition_max_bytes, = _S0.unpack_from(buf, pos)
     pos += 16
@@ -119,10 +106,6 @@ def _d_FetchTopic_0(buf, pos):
     return FetchTopic(f_topic, ZERO_UUID, f_partitions), pos
 
 
-def _d_ForgottenTopic_0(buf, pos):
-    return ForgottenTopic('', ZERO_UUID, MISSING), pos
-
-
 def _e_FetchRequest_0(o, b, parts):
     b += _S1.pack(o.replica_id, o.max_wait_ms, o.min_bytes, o.max_bytes, o.isolation_level)
     v = o.topics
@@ -141,11 +124,6 @@ def _d_FetchRequest_0(buf, pos):
         x, pos = _d_FetchTopic_0(buf, pos)
         f_topics.append(x)
     return FetchRequest(None, f_replica_id, MISSING, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, 0, -1, f_topics, MISSING, ''), pos
-
-
-def _e_FetchPartition_1(o, b, parts):
-    b += _S2.pack(o.partition, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-    return b
 
 
 def _d_FetchPartition_1(buf, pos):
@@ -240,11 +218,6 @@ def _d_FetchRequest_2(buf, pos):
     return FetchRequest(None, f_replica_id, MISSING, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, ''), pos
 
 
-def _e_FetchPartition_2(o, b, parts):
-    b += _S5.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.log_start_offset, o.partition_max_bytes)
-    return b
-
-
 def _d_FetchPartition_2(buf, pos):
     f_partition, f_current_leader_epoch, f_fetch_offset, f_log_start_offset, f_partition_max_bytes, = _S5.unpack_from(buf, pos)
     pos += 28
@@ -327,25 +300,6 @@ def _d_FetchRequest_4(buf, pos):
         f_forgotten_topics_data.append(x)
     f_rack_id, pos = r_string(buf, pos)
     return FetchRequest(None, f_replica_id, MISSING, f_max_wait_ms, f_min_bytes, f_max_bytes, f_isolation_level, f_session_id, f_session_epoch, f_topics, f_forgotten_topics_data, f_rack_id), pos
-
-
-def _e_ReplicaState_1(o, b, parts):
-    b.append(0)
-    return b
-
-
-def _d_ReplicaState_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return ReplicaState(-1, -1), pos
-
-
-def _e_FetchPartition_3(o, b, parts):
-    b += _S6.pack(o.partition, o.current_leader_epoch, o.fetch_offset, o.last_fetched_epoch, o.log_start_offset, o.partition_max_bytes)
-    b.append(0)
-    return b
 
 
 def _d_FetchPartition_3(buf, pos):

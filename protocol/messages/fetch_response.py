@@ -101,34 +101,6 @@ _S8 = _Struct('>qqx')
 _S9 = _Struct('>16s')
 
 
-def _e_EpochEndOffset_0(o, b, parts):
-    return b
-
-
-def _d_EpochEndOffset_0(buf, pos):
-    return EpochEndOffset(-1, -1), pos
-
-
-def _d_LeaderIdAndEpoch_0(buf, pos):
-    return LeaderIdAndEpoch(-1, -1), pos
-
-
-def _e_SnapshotId_0(o, b, parts):
-    b += _S0.pack(o.end_offset, o.epoch)
-    return b
-
-
-def _d_SnapshotId_0(buf, pos):
-    f_end_offset, f_epoch, = _S0.unpack_from(buf, pos)
-    pos += 12
-    return SnapshotId(f_end_offset, f_epoch), pos
-
-
-def _e_AbortedTransaction_0(o, b, parts):
-    b += _S1.pack(o.producer_id, o.first_offset)
-    return b
-
-
 def _d_AbortedTransaction_0(buf, pos):
     f_producer_id, f_first_offset, = _S1.unpack_from(buf, pos)
     pos += 16
@@ -177,10 +149,6 @@ def _d_FetchableTopicResponse_0(buf, pos):
         x, pos = _d_PartitionData_0(buf, pos)
         f_partitions.append(x)
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions), pos
-
-
-def _d_NodeEndpoint_0(buf, pos):
-    return NodeEndpoint(0, '', 0, None), pos
 
 
 def _e_FetchResponse_0(o, b, parts):
@@ -402,12 +370,6 @@ def _d_SnapshotId_1(buf, pos):
     return SnapshotId(f_end_offset, f_epoch), pos
 
 
-def _e_AbortedTransaction_1(o, b, parts):
-    b += _S1.pack(o.producer_id, o.first_offset)
-    b.append(0)
-    return b
-
-
 def _d_AbortedTransaction_1(buf, pos):
     f_producer_id, f_first_offset, = _S1.unpack_from(buf, pos)
     pos += 16
@@ -510,19 +472,6 @@ def _d_FetchableTopicResponse_3(buf, pos):
     else:
         pos += 1
     return FetchableTopicResponse(f_topic, ZERO_UUID, f_partitions), pos
-
-
-def _e_NodeEndpoint_0(o, b, parts):
-    b.append(0)
-    return b
-
-
-def _d_NodeEndpoint_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return NodeEndpoint(0, '', 0, None), pos
 
 
 def _e_FetchResponse_4(o, b, parts):

@@ -40,14 +40,6 @@ _S1 = _Struct('>i')
 _S2 = _Struct('>ih')
 
 
-def _e_Coordinator_0(o, b, parts):
-    return b
-
-
-def _d_Coordinator_0(buf, pos):
-    return Coordinator('', 0, '', 0, 0, ''), pos
-
-
 def _e_FindCoordinatorResponse_0(o, b, parts):
     b += _S0.pack(o.error_code, o.node_id)
     w_string(b, o.host)
@@ -83,19 +75,6 @@ def _d_FindCoordinatorResponse_1(buf, pos):
     f_port, = _S1.unpack_from(buf, pos)
     pos += 4
     return FindCoordinatorResponse(f_throttle_time_ms, f_error_code, f_error_message, f_node_id, f_host, f_port, MISSING), pos
-
-
-def _e_Coordinator_1(o, b, parts):
-    b.append(0)
-    return b
-
-
-def _d_Coordinator_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return Coordinator('', 0, '', 0, 0, ''), pos
 
 
 def _e_FindCoordinatorResponse_2(o, b, parts):

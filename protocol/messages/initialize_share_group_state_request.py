@@ -40,12 +40,6 @@ _S1 = _Struct('>16s')
 _S2 = _Struct('>iiqx')
 
 
-def _e_PartitionData_0(o, b, parts):
-    b += _S0.pack(o.partition, o.state_epoch, o.start_offset)
-    b.append(0)
-    return b
-
-
 def _d_PartitionData_0(buf, pos):
     f_partition, f_state_epoch, f_start_offset, = _S0.unpack_from(buf, pos)
     pos += 16

@@ -30,14 +30,6 @@ class LeaveGroupRequest(Message):
 
 
 
-def _e_MemberIdentity_0(o, b, parts):
-    return b
-
-
-def _d_MemberIdentity_0(buf, pos):
-    return MemberIdentity('', None, None), pos
-
-
 def _e_LeaveGroupRequest_0(o, b, parts):
     w_string(b, o.group_id)
     w_string(b, o.member_id)

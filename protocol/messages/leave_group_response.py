@@ -32,14 +32,6 @@ _S0 = _Struct('>h')
 _S1 = _Struct('>ih')
 
 
-def _e_MemberResponse_0(o, b, parts):
-    return b
-
-
-def _d_MemberResponse_0(buf, pos):
-    return MemberResponse('', '', 0), pos
-
-
 def _e_LeaveGroupResponse_0(o, b, parts):
     b += _S0.pack(o.error_code)
     return b

@@ -44,11 +44,6 @@ _S3 = _Struct('>iiq')
 _S4 = _Struct('>iiqx')
 
 
-def _e_ListOffsetsPartition_0(o, b, parts):
-    b += _S0.pack(o.partition_index, o.timestamp)
-    return b
-
-
 def _d_ListOffsetsPartition_0(buf, pos):
     f_partition_index, f_timestamp, = _S0.unpack_from(buf, pos)
     pos += 12
@@ -113,11 +108,6 @@ def _d_ListOffsetsRequest_1(buf, pos):
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0), pos
 
 
-def _e_ListOffsetsPartition_1(o, b, parts):
-    b += _S3.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
-    return b
-
-
 def _d_ListOffsetsPartition_1(buf, pos):
     f_partition_index, f_current_leader_epoch, f_timestamp, = _S3.unpack_from(buf, pos)
     pos += 16
@@ -160,12 +150,6 @@ def _d_ListOffsetsRequest_2(buf, pos):
         x, pos = _d_ListOffsetsTopic_1(buf, pos)
         f_topics.append(x)
     return ListOffsetsRequest(f_replica_id, f_isolation_level, f_topics, 0), pos
-
-
-def _e_ListOffsetsPartition_2(o, b, parts):
-    b += _S3.pack(o.partition_index, o.current_leader_epoch, o.timestamp)
-    b.append(0)
-    return b
 
 
 def _d_ListOffsetsPartition_2(buf, pos):

@@ -43,11 +43,6 @@ _S2 = _Struct('>ihqqi')
 _S3 = _Struct('>ihqqix')
 
 
-def _e_ListOffsetsPartitionResponse_0(o, b, parts):
-    b += _S0.pack(o.partition_index, o.error_code, o.timestamp, o.offset)
-    return b
-
-
 def _d_ListOffsetsPartitionResponse_0(buf, pos):
     f_partition_index, f_error_code, f_timestamp, f_offset, = _S0.unpack_from(buf, pos)
     pos += 22
@@ -109,11 +104,6 @@ def _d_ListOffsetsResponse_1(buf, pos):
     return ListOffsetsResponse(f_throttle_time_ms, f_topics), pos
 
 
-def _e_ListOffsetsPartitionResponse_1(o, b, parts):
-    b += _S2.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
-    return b
-
-
 def _d_ListOffsetsPartitionResponse_1(buf, pos):
     f_partition_index, f_error_code, f_timestamp, f_offset, f_leader_epoch, = _S2.unpack_from(buf, pos)
     pos += 26
@@ -156,12 +146,6 @@ def _d_ListOffsetsResponse_2(buf, pos):
         x, pos = _d_ListOffsetsTopicResponse_1(buf, pos)
         f_topics.append(x)
     return ListOffsetsResponse(f_throttle_time_ms, f_topics), pos
-
-
-def _e_ListOffsetsPartitionResponse_2(o, b, parts):
-    b += _S2.pack(o.partition_index, o.error_code, o.timestamp, o.offset, o.leader_epoch)
-    b.append(0)
-    return b
 
 
 def _d_ListOffsetsPartitionResponse_2(buf, pos):

@@ -41,11 +41,6 @@ _S2 = _Struct('>ihx')
 _S3 = _Struct('>16s')
 
 
-def _e_OffsetCommitResponsePartition_0(o, b, parts):
-    b += _S0.pack(o.partition_index, o.error_code)
-    return b
-
-
 def _d_OffsetCommitResponsePartition_0(buf, pos):
     f_partition_index, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6
@@ -105,12 +100,6 @@ def _d_OffsetCommitResponse_1(buf, pos):
         x, pos = _d_OffsetCommitResponseTopic_0(buf, pos)
         f_topics.append(x)
     return OffsetCommitResponse(f_throttle_time_ms, f_topics), pos
-
-
-def _e_OffsetCommitResponsePartition_1(o, b, parts):
-    b += _S0.pack(o.partition_index, o.error_code)
-    b.append(0)
-    return b
 
 
 def _d_OffsetCommitResponsePartition_1(buf, pos):

@@ -36,11 +36,6 @@ class OffsetDeleteRequest(Message):
 _S0 = _Struct('>i')
 
 
-def _e_OffsetDeleteRequestPartition_0(o, b, parts):
-    b += _S0.pack(o.partition_index)
-    return b
-
-
 def _d_OffsetDeleteRequestPartition_0(buf, pos):
     f_partition_index, = _S0.unpack_from(buf, pos)
     pos += 4

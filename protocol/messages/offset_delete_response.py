@@ -39,11 +39,6 @@ _S0 = _Struct('>ih')
 _S1 = _Struct('>hi')
 
 
-def _e_OffsetDeleteResponsePartition_0(o, b, parts):
-    b += _S0.pack(o.partition_index, o.error_code)
-    return b
-
-
 def _d_OffsetDeleteResponsePartition_0(buf, pos):
     f_partition_index, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6

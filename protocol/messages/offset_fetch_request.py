@@ -71,18 +71,6 @@ def _d_OffsetFetchRequestTopic_0(buf, pos):
     return OffsetFetchRequestTopic(f_name, f_partition_indexes), pos
 
 
-def _e_OffsetFetchRequestTopics_0(o, b, parts):
-    return b
-
-
-def _d_OffsetFetchRequestTopics_0(buf, pos):
-    return OffsetFetchRequestTopics('', ZERO_UUID, MISSING), pos
-
-
-def _d_OffsetFetchRequestGroup_0(buf, pos):
-    return OffsetFetchRequestGroup('', None, -1, MISSING), pos
-
-
 def _e_OffsetFetchRequest_0(o, b, parts):
     w_string(b, o.group_id)
     v = o.topics
@@ -153,27 +141,6 @@ def _d_OffsetFetchRequestTopic_1(buf, pos):
     return OffsetFetchRequestTopic(f_name, f_partition_indexes), pos
 
 
-def _e_OffsetFetchRequestTopics_1(o, b, parts):
-    b.append(0)
-    return b
-
-
-def _d_OffsetFetchRequestTopics_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return OffsetFetchRequestTopics('', ZERO_UUID, MISSING), pos
-
-
-def _d_OffsetFetchRequestGroup_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return OffsetFetchRequestGroup('', None, -1, MISSING), pos
-
-
 def _e_OffsetFetchRequest_2(o, b, parts):
     w_cstring(b, o.group_id)
     v = o.topics
@@ -239,14 +206,6 @@ def _d_OffsetFetchRequest_3(buf, pos):
     else:
         pos += 1
     return OffsetFetchRequest(f_group_id, f_topics, MISSING, f_require_stable), pos
-
-
-def _d_OffsetFetchRequestTopic_2(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return OffsetFetchRequestTopic('', MISSING), pos
 
 
 def _d_OffsetFetchRequestTopics_2(buf, pos):

@@ -110,22 +110,6 @@ def _d_OffsetFetchResponseTopic_0(buf, pos):
     return OffsetFetchResponseTopic(f_name, f_partitions), pos
 
 
-def _e_OffsetFetchResponsePartitions_0(o, b, parts):
-    return b
-
-
-def _d_OffsetFetchResponsePartitions_0(buf, pos):
-    return OffsetFetchResponsePartitions(0, 0, -1, '', 0), pos
-
-
-def _d_OffsetFetchResponseTopics_0(buf, pos):
-    return OffsetFetchResponseTopics('', ZERO_UUID, MISSING), pos
-
-
-def _d_OffsetFetchResponseGroup_0(buf, pos):
-    return OffsetFetchResponseGroup('', MISSING, 0), pos
-
-
 def _e_OffsetFetchResponse_0(o, b, parts):
     v = o.topics
     w_len(b, v)
@@ -293,35 +277,6 @@ def _d_OffsetFetchResponseTopic_2(buf, pos):
     return OffsetFetchResponseTopic(f_name, f_partitions), pos
 
 
-def _e_OffsetFetchResponsePartitions_1(o, b, parts):
-    b.append(0)
-    return b
-
-
-def _d_OffsetFetchResponsePartitions_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return OffsetFetchResponsePartitions(0, 0, -1, '', 0), pos
-
-
-def _d_OffsetFetchResponseTopics_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return OffsetFetchResponseTopics('', ZERO_UUID, MISSING), pos
-
-
-def _d_OffsetFetchResponseGroup_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return OffsetFetchResponseGroup('', MISSING, 0), pos
-
-
 def _e_OffsetFetchResponse_4(o, b, parts):
     b += _S2.pack(o.throttle_time_ms)
     v = o.topics
@@ -352,22 +307,6 @@ def _d_OffsetFetchResponse_4(buf, pos):
     else:
         pos += 1
     return OffsetFetchResponse(f_throttle_time_ms, f_topics, f_error_code, MISSING), pos
-
-
-def _d_OffsetFetchResponsePartition_3(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return OffsetFetchResponsePartition(0, 0, -1, '', 0), pos
-
-
-def _d_OffsetFetchResponseTopic_3(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return OffsetFetchResponseTopic('', MISSING), pos
 
 
 def _d_OffsetFetchResponsePartitions_2(buf, pos):

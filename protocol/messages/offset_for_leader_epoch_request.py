@@ -40,11 +40,6 @@ _S1 = _Struct('>i')
 _S2 = _Struct('>iiix')
 
 
-def _e_OffsetForLeaderPartition_0(o, b, parts):
-    b += _S0.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
-    return b
-
-
 def _d_OffsetForLeaderPartition_0(buf, pos):
     f_partition, f_current_leader_epoch, f_leader_epoch, = _S0.unpack_from(buf, pos)
     pos += 12
@@ -104,12 +99,6 @@ def _d_OffsetForLeaderEpochRequest_1(buf, pos):
         x, pos = _d_OffsetForLeaderTopic_0(buf, pos)
         f_topics.append(x)
     return OffsetForLeaderEpochRequest(f_replica_id, f_topics), pos
-
-
-def _e_OffsetForLeaderPartition_1(o, b, parts):
-    b += _S0.pack(o.partition, o.current_leader_epoch, o.leader_epoch)
-    b.append(0)
-    return b
 
 
 def _d_OffsetForLeaderPartition_1(buf, pos):

@@ -41,11 +41,6 @@ _S1 = _Struct('>i')
 _S2 = _Struct('>hiiqx')
 
 
-def _e_EpochEndOffset_0(o, b, parts):
-    b += _S0.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
-    return b
-
-
 def _d_EpochEndOffset_0(buf, pos):
     f_error_code, f_partition, f_leader_epoch, f_end_offset, = _S0.unpack_from(buf, pos)
     pos += 18
@@ -88,12 +83,6 @@ def _d_OffsetForLeaderEpochResponse_0(buf, pos):
         x, pos = _d_OffsetForLeaderTopicResult_0(buf, pos)
         f_topics.append(x)
     return OffsetForLeaderEpochResponse(f_throttle_time_ms, f_topics), pos
-
-
-def _e_EpochEndOffset_1(o, b, parts):
-    b += _S0.pack(o.error_code, o.partition, o.leader_epoch, o.end_offset)
-    b.append(0)
-    return b
 
 
 def _d_EpochEndOffset_1(buf, pos):

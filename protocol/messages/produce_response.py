@@ -75,23 +75,6 @@ _S3 = _Struct('>ii')
 _S4 = _Struct('>16s')
 
 
-def _e_BatchIndexAndErrorMessage_0(o, b, parts):
-    return b
-
-
-def _d_BatchIndexAndErrorMessage_0(buf, pos):
-    return BatchIndexAndErrorMessage(0, None), pos
-
-
-def _d_LeaderIdAndEpoch_0(buf, pos):
-    return LeaderIdAndEpoch(-1, -1), pos
-
-
-def _e_PartitionProduceResponse_0(o, b, parts):
-    b += _S0.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms)
-    return b
-
-
 def _d_PartitionProduceResponse_0(buf, pos):
     f_index, f_error_code, f_base_offset, f_log_append_time_ms, = _S0.unpack_from(buf, pos)
     pos += 22
@@ -116,10 +99,6 @@ def _d_TopicProduceResponse_0(buf, pos):
     return TopicProduceResponse(f_name, ZERO_UUID, f_partition_responses), pos
 
 
-def _d_NodeEndpoint_0(buf, pos):
-    return NodeEndpoint(0, '', 0, None), pos
-
-
 def _e_ProduceResponse_0(o, b, parts):
     v = o.responses
     w_len(b, v)
@@ -138,11 +117,6 @@ def _d_ProduceResponse_0(buf, pos):
     f_throttle_time_ms, = _S1.unpack_from(buf, pos)
     pos += 4
     return ProduceResponse(f_responses, f_throttle_time_ms, MISSING), pos
-
-
-def _e_PartitionProduceResponse_1(o, b, parts):
-    b += _S2.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
-    return b
 
 
 def _d_PartitionProduceResponse_1(buf, pos):
@@ -281,19 +255,6 @@ def _d_BatchIndexAndErrorMessage_2(buf, pos):
     return BatchIndexAndErrorMessage(f_batch_index, f_batch_index_error_message), pos
 
 
-def _e_LeaderIdAndEpoch_0(o, b, parts):
-    b.append(0)
-    return b
-
-
-def _d_LeaderIdAndEpoch_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return LeaderIdAndEpoch(-1, -1), pos
-
-
 def _e_PartitionProduceResponse_3(o, b, parts):
     b += _S2.pack(o.index, o.error_code, o.base_offset, o.log_append_time_ms, o.log_start_offset)
     v = o.record_errors
@@ -351,14 +312,6 @@ def _d_TopicProduceResponse_3(buf, pos):
     else:
         pos += 1
     return TopicProduceResponse(f_name, ZERO_UUID, f_partition_responses), pos
-
-
-def _d_NodeEndpoint_1(buf, pos):
-    if buf[pos]:
-        pos = skip_tags(buf, pos)
-    else:
-        pos += 1
-    return NodeEndpoint(0, '', 0, None), pos
 
 
 def _e_ProduceResponse_3(o, b, parts):

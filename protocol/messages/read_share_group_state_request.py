@@ -39,12 +39,6 @@ _S1 = _Struct('>16s')
 _S2 = _Struct('>iix')
 
 
-def _e_PartitionData_0(o, b, parts):
-    b += _S0.pack(o.partition, o.leader_epoch)
-    b.append(0)
-    return b
-
-
 def _d_PartitionData_0(buf, pos):
     f_partition, f_leader_epoch, = _S0.unpack_from(buf, pos)
     pos += 8

@@ -96,12 +96,6 @@ def _d_LeaderIdAndEpoch_0(buf, pos):
     return LeaderIdAndEpoch(f_leader_id, f_leader_epoch), pos
 
 
-def _e_AcquiredRecords_0(o, b, parts):
-    b += _S1.pack(o.first_offset, o.last_offset, o.delivery_count)
-    b.append(0)
-    return b
-
-
 def _d_AcquiredRecords_0(buf, pos):
     f_first_offset, f_last_offset, f_delivery_count, = _S1.unpack_from(buf, pos)
     pos += 18

@@ -46,12 +46,6 @@ _S1 = _Struct('>ihx')
 _S2 = _Struct('>q')
 
 
-def _e_WritableTxnMarkerPartitionResult_0(o, b, parts):
-    b += _S0.pack(o.partition_index, o.error_code)
-    b.append(0)
-    return b
-
-
 def _d_WritableTxnMarkerPartitionResult_0(buf, pos):
     f_partition_index, f_error_code, = _S0.unpack_from(buf, pos)
     pos += 6

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from coordinator.share import shard as shard_module
 from coordinator.share.combiner import ACKNOWLEDGED, ARCHIVED, AVAILABLE, StateBatch
 from coordinator.share.shard import (
     FENCED_LEADER_EPOCH_MESSAGE,
@@ -524,3 +525,134 @@ def test_replaying_the_log_rebuilds_the_same_state(records_per_snapshot, program
         # Re-initialising writes leader epoch 0 into the snapshot while the fence keeps the
         # highest epoch seen; pruning below that snapshot can only lower the fence (as in Kafka).
         assert got.leader_epoch_fence <= entry.leader_epoch_fence
+
+
+# ---------------------------------------------------------------- deferred combines
+
+
+class DirectRuntime(Runtime):
+    """Append-then-replay of the very record objects the request built, as the service does:
+    an update's combine then waits until its key is read or ``settle`` runs."""
+
+    def append(self, records) -> None:
+        for r in records:
+            offset = len(self.log)
+            self.log.append((offset, encode_key(r.key), encode_value(r.value)))
+            self.shard.replay(offset, r.key, r.value)
+
+
+def _fields(b) -> tuple:
+    return b.first_offset, b.last_offset, b.delivery_state, b.delivery_count
+
+
+def _folds(monkeypatch) -> list:
+    """Record the combines that fold batches into a key's current state."""
+    calls: list = []
+    real = shard_module.combine
+
+    def counting(current, new, start):
+        if current:
+            calls.append(start)
+        return real(current, new, start)
+
+    monkeypatch.setattr(shard_module, "combine", counting)
+    return calls
+
+
+def test_an_update_is_folded_into_the_state_only_when_settled_or_read(monkeypatch):
+    rt = DirectRuntime(ShareCoordinatorShard(clock_ms=FakeClock()))
+    rt.initialize(start_offset=0)
+    rt.write(0, [(0, 9, ACKNOWLEDGED, 1)])
+    folds = _folds(monkeypatch)
+    rt.write(0, [(10, 10, AVAILABLE, 2)])
+    assert folds == []
+    rt.shard.settle()
+    assert folds == [0]
+    assert rt.shard.state(KEY).state_batches == (StateBatch(0, 9, ACKNOWLEDGED, 1), StateBatch(10, 10, AVAILABLE, 2))
+    rt.shard.settle()
+    assert folds == [0]  # nothing left to fold
+
+
+@pytest.mark.parametrize("reader", ["state", "entry", "read", "summary", "entries", "load_view", "snapshot", "write"])
+def test_every_reader_sees_a_deferred_update(monkeypatch, reader):
+    rt = DirectRuntime(ShareCoordinatorShard(clock_ms=FakeClock()))
+    rt.initialize(start_offset=0)
+    rt.write(0, [(0, 9, ACKNOWLEDGED, 1)])
+    rt.write(5, [(10, 10, AVAILABLE, 2)], dcc=5)
+    want = (StateBatch(5, 9, ACKNOWLEDGED, 1), StateBatch(10, 10, AVAILABLE, 2))
+    if reader == "state":
+        assert rt.shard.state(KEY).state_batches == want
+    elif reader == "entry":
+        assert rt.shard.entry(KEY).state.state_batches == want
+    elif reader == "read":
+        _, row = rt.read()
+        assert list(map(_fields, row.state_batches)) == list(want)
+    elif reader == "summary":
+        row = rt.summary()
+        assert (row.start_offset, row.delivery_complete_count) == (5, 5)
+    elif reader == "entries":
+        assert rt.shard.entries()[KEY].state.state_batches == want
+    elif reader == "load_view":
+        [(key, _, entry)] = list(rt.shard.load_view().items())
+        assert (key, entry.state.state_batches) == (KEY, want)
+    elif reader == "snapshot":
+        [record] = rt.shard.snapshot_records()
+        assert list(map(_fields, record.value.state_batches)) == list(want)
+    else:
+        rt.write(-1, [(11, 11, ACKNOWLEDGED, 1)], dcc=6)
+        rt.shard.settle()
+        assert rt.shard.state(KEY).state_batches == (*want, StateBatch(11, 11, ACKNOWLEDGED, 1))
+
+
+ops_with_settles = st.one_of(ops, st.tuples(st.just("settle")), st.tuples(st.just("summary"), st.integers(0, 2)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 4), st.lists(ops_with_settles, max_size=30))
+def test_deferred_combines_answer_as_eager_replay(records_per_snapshot, program):
+    """The service's replay (same objects, combines deferred) against replay from bytes (each
+    record combined at once): every answer, every record and the final state agree."""
+    clocks = FakeClock(), FakeClock()
+    direct = DirectRuntime(ShareCoordinatorShard(records_per_snapshot, clock_ms=clocks[0]))
+    eager = runtime(records_per_snapshot, clock_ms=clocks[1])
+    for op in program:
+        clocks[0].now += 7
+        clocks[1].now += 7
+        if op[0] == "settle":
+            direct.shard.settle()
+            continue
+        answers = []
+        for rt in (direct, eager):
+            if op[0] == "init":
+                _, p, se, start = op
+                answers.append(rt.initialize(partition=p, state_epoch=se, start_offset=start))
+            elif op[0] == "write":
+                _, p, start, raw, le, se, dcc, version = op
+                answers.append(rt.write(start, [(f, f + n, s, c) for f, n, s, c in raw], leader_epoch=le,
+                                        state_epoch=se, dcc=dcc, partition=p, version=version))
+            elif op[0] == "read":
+                answers.append(rt.read(leader_epoch=op[2], partition=op[1]))
+            elif op[0] == "summary":
+                answers.append(rt.summary(partition=op[1]))
+            else:
+                answers.append(rt.delete(partition=op[1]))
+        assert answers[0] == answers[1]
+    assert direct.log == eager.log
+    assert direct.shard.last_redundant_offset() == eager.shard.last_redundant_offset()
+    assert list(direct.shard.load_view().items()) == list(eager.shard.load_view().items())
+    assert direct.shard.entries() == eager.shard.entries()
+
+
+def test_a_deferred_update_keeps_the_fences_a_load_would_rebuild():
+    """A re-initialisation leaves the live leader fence above the one a load rebuilds; a read
+    with a newer epoch (a deferred update) brings them together again."""
+    direct = DirectRuntime(ShareCoordinatorShard(clock_ms=FakeClock()))
+    eager = runtime()
+    for rt in (direct, eager):
+        rt.initialize()
+        rt.read(leader_epoch=5)
+        rt.initialize(state_epoch=1)
+        rt.read(leader_epoch=6)
+    [(_, _, entry)] = list(direct.shard.load_view().items())
+    assert (entry.leader_epoch_fence, entry.state_epoch_fence) == (6, 1)
+    assert list(direct.shard.load_view().items()) == list(eager.shard.load_view().items())

@@ -464,24 +464,3 @@ async def test_a_failed_load_is_logged_with_the_error_it_answers(tmp_path, caplo
         assert result.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
         (message,) = [r.getMessage() for r in caplog.records if "loading failed" in r.getMessage()]
         assert f"('g', UUID('{topic_id}'), 0)" in message and "UNKNOWN_SERVER_ERROR" in message
-
-
-async def test_the_share_state_fold_of_an_acknowledgement_runs_after_its_answer(tmp_path):
-    """The coordinator appends and replays an acknowledgement's ShareUpdate before the answer,
-    but folds its batches into the key's state just after: the answer does not wait for it."""
-    async with running_broker(tmp_path) as b:
-        manager = b.share_manager
-        topic_id = b.topics.create("t", 1).topic_id
-        sp = await share_partition(b, "g", topic_id, 0, "t")
-        await produce(b, "t", [b"x"] * 10)
-        assert sp.acquire("m", [(0, 9)], fetch_offset=0, max_records=500, batch_size=500).ranges
-        coordinator = b.share_coordinator
-        shard = coordinator.shard(coordinator.partition_of("g", topic_id, 0))
-        for offset in (0, 2):
-            assert await manager.acknowledge("g", "m", {(topic_id, 0): [(offset, offset, [2])]}) == {
-                (topic_id, 0): (ErrorCode.NONE, None)}
-            assert shard._deferred
-            await asyncio.sleep(0)
-            assert not shard._deferred
-        read = await manager.persister.read_state("g", topic_id, 0, leader_epoch=-1)
-        assert read.batches == [(0, 0, 0, 1), (2, 2, 0, 1)]

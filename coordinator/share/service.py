@@ -256,7 +256,6 @@ class ShareCoordinatorService:
                     continue
                 for offset, rec in zip(offsets, records):
                     shard.replay(offset, rec.key, rec.value)
-                asyncio.get_running_loop().call_soon(shard.settle)  # once the response is on its way
                 pending.append((len(responses), sp, sub, offsets))
             responses.append(response)
         if pending:

@@ -219,12 +219,8 @@ def _apply(entry: KeyEntry | None, key, value, batches: tuple[StateBatch, ...] |
         start_offset=start, delivery_complete_count=value.delivery_complete_count,
         state_batches=NormalBatches(combine(cur.state_batches, batches, start)),
         create_timestamp=cur.create_timestamp, write_timestamp=cur.write_timestamp)
-    return KeyEntry(state, *_update_fences(entry, value), entry.updates_since_snapshot + 1)
-
-
-def _update_fences(entry: KeyEntry, value) -> tuple[int | None, int | None]:
-    """(leader, state) epoch fences after a ShareUpdate (which has no state epoch)."""
-    return _max(entry.leader_epoch_fence, value.leader_epoch), entry.state_epoch_fence
+    return KeyEntry(state, _max(entry.leader_epoch_fence, value.leader_epoch),
+                    entry.state_epoch_fence, entry.updates_since_snapshot + 1)
 
 
 def _snapshot_record(key: SharePartitionKey, state: SharePartitionState) -> CoordinatorRecord:
@@ -242,24 +238,17 @@ class _Overlay:
     """The shard's entries as they will be once this request's records are replayed.
 
     Each record's resulting entry is staged on the shard, so that ``replay``, which runs
-    right after the append, takes it instead of combining the same batches again. An update
-    of a key the request does not look at again is staged uncombined (entry None): ``replay``
-    leaves its combine to ``settle``, after the response."""
+    right after the append, takes it instead of combining the same batches again."""
 
-    __slots__ = ("_lookup", "_changed", "_lazy", "_staged")
+    __slots__ = ("_lookup", "_changed", "_staged")
 
     def __init__(self, shard: ShareCoordinatorShard) -> None:
         self._lookup = shard._get
         self._changed: dict[SharePartitionKey, KeyEntry | None] = {}
-        self._lazy: dict[SharePartitionKey, tuple] = {}  # key -> (before, update record, batches)
         self._staged = shard._staged
         self._staged.clear()
 
     def get(self, key: SharePartitionKey) -> KeyEntry | None:
-        lazy = self._lazy.pop(key, None) if self._lazy else None
-        if lazy is not None:  # the request looks at a key it updated: combine after all
-            before, record, batches = lazy
-            self._stage(key, before, record, _apply(before, record.key, record.value, batches), batches)
         if key in self._changed:
             return self._changed[key]
         return self._lookup(key)
@@ -267,17 +256,10 @@ class _Overlay:
     def record(self, key: SharePartitionKey, record: CoordinatorRecord, out: list,
                batches: tuple[StateBatch, ...] | None = None) -> None:
         before = self.get(key)
-        if before is not None and batches is not None and isinstance(record.key, ShareUpdateKey):
-            self._lazy[key] = (before, record, batches)
-            self._stage(key, before, record, None, batches)
-        else:
-            self._stage(key, before, record, _apply(before, record.key, record.value, batches), batches)
-        out.append(record)
-
-    def _stage(self, key, before, record, after, batches) -> None:
-        self._changed[key] = after
+        after = self._changed[key] = _apply(before, record.key, record.value, batches)
         if record.value is not None:
-            self._staged[id(record.value)] = (record.value, before, after, batches)
+            self._staged[id(record.value)] = (record.value, before, after)
+        out.append(record)
 
 
 class ShareCoordinatorShard:
@@ -313,10 +295,6 @@ class ShareCoordinatorShard:
         self._load_fences: dict[SharePartitionKey, tuple[int | None, int | None]] = {}
         # Entries computed by the request in progress, keyed by id(record value) (``_Overlay``).
         self._staged: dict[int, tuple] = {}
-        # Updates replayed but not combined yet: key -> (entry before, record key, value,
-        # batches), ``_apply``'s arguments. ``_entries`` keeps the entry before until
-        # ``_get`` or ``settle`` combines.
-        self._deferred: dict[SharePartitionKey, tuple] = {}
         self._last_offset = -1
 
     # ------------------------------------------------------------------ inspection
@@ -329,7 +307,6 @@ class ShareCoordinatorShard:
         return None if e is None else e.state
 
     def entries(self) -> dict[SharePartitionKey, KeyEntry]:
-        self.settle()
         for key in list(self._pending):
             self._get(key)
         return dict(self._entries)
@@ -350,12 +327,7 @@ class ShareCoordinatorShard:
         return list(self._pending)
 
     def _get(self, key: SharePartitionKey) -> KeyEntry | None:
-        """The key's entry, replaying its pending records first if it was loaded lazily, or
-        combining its deferred update."""
-        if self._deferred:
-            d = self._deferred.pop(key, None)
-            if d is not None:
-                self._entries[key] = _apply(*d)
+        """The key's entry, replaying its pending records first if it was loaded lazily."""
         e = self._entries.get(key)
         if e is None and self._pending:
             pending = self._pending.get(key)
@@ -371,7 +343,7 @@ class ShareCoordinatorShard:
     def _summary(self, key: SharePartitionKey) -> tuple[int, int, int, int] | None:
         """(state epoch, leader epoch, start offset, delivery-complete count), without
         replaying a pending key's state batches."""
-        e = self._get(key) if key in self._deferred else self._entries.get(key)
+        e = self._entries.get(key)
         if e is not None:
             st = e.state
             return st.state_epoch, st.leader_epoch, st.start_offset, st.delivery_complete_count
@@ -391,7 +363,6 @@ class ShareCoordinatorShard:
         """
         for key, p in pending.items():
             self._entries.pop(key, None)
-            self._deferred.pop(key, None)
             self._load_fences.pop(key, None)
             self._pending[key] = p
             self._needed_from[key] = p.first_offset
@@ -409,15 +380,6 @@ class ShareCoordinatorShard:
         staged = self._staged.pop(id(value), None)
         if staged is not None and staged[0] is value and staged[1] is before:
             after = staged[2]  # what the request computed from this very state
-            if after is None:
-                # An update left uncombined: its combine (hundreds of batches for a redelivery)
-                # waits for ``settle``, after the response. Its key needs no older record.
-                self._deferred[k] = (before, key, value, staged[3])
-                if k in self._load_fences:
-                    self._note_load_fences(k, before, _update_fences(before, value), key, value)
-                if offset > self._last_offset:
-                    self._last_offset = offset
-                return
         else:
             after = _apply(before, key, value)
         if after is None:
@@ -431,29 +393,21 @@ class ShareCoordinatorShard:
             if before is not None:
                 # An update's fences are the load's when the key had none apart: skip the check.
                 if k in self._load_fences or isinstance(key, ShareSnapshotKey):
-                    self._note_load_fences(k, before, (after.leader_epoch_fence, after.state_epoch_fence), key, value)
+                    self._note_load_fences(k, before, after, key, value)
             else:  # a key's first record: what a load builds too
                 self._load_fences.pop(k, None)
         if offset > self._last_offset:
             self._last_offset = offset
 
-    def settle(self) -> None:
-        """Combine every deferred update (see ``replay``). The service calls it once the
-        response is on its way; whatever reads a key combines that key first anyway."""
-        deferred = self._deferred
-        while deferred:
-            k, d = deferred.popitem()
-            self._entries[k] = _apply(*d)
-
-    def _note_load_fences(self, k: SharePartitionKey, before: KeyEntry, live: tuple, key, value) -> None:
-        """Track the fences a load would rebuild where they differ from the ``live`` ones
-        (which also remember the epochs of records before the key's latest snapshot)."""
+    def _note_load_fences(self, k: SharePartitionKey, before: KeyEntry, after: KeyEntry, key, value) -> None:
+        """Track the fences a load would rebuild where they differ from the live ones (which
+        also remember the epochs of records before the key's latest snapshot)."""
         if isinstance(key, ShareSnapshotKey):
             fences = (value.leader_epoch, value.state_epoch)
         else:
             leader, state = self._load_fences.get(k, (before.leader_epoch_fence, before.state_epoch_fence))
             fences = (_max(leader, value.leader_epoch), state)
-        if fences == live:
+        if fences == (after.leader_epoch_fence, after.state_epoch_fence):
             self._load_fences.pop(k, None)
         else:
             self._load_fences[k] = fences
@@ -461,7 +415,6 @@ class ShareCoordinatorShard:
     def load_view(self) -> LoadView:
         """What loading the log up to its end would build, for a state checkpoint (see
         ``LoadView``). Takes shallow copies only: O(keys) at C speed."""
-        self.settle()
         return LoadView(self._last_offset, dict(self._entries), dict(self._pending),
                         dict(self._needed_from), dict(self._load_fences))
 
@@ -705,7 +658,6 @@ class ShareCoordinatorShard:
         reads one record per key. Like Kafka's cold-partition snapshots it bumps the snapshot
         epoch and the write timestamp; the state is unchanged. Pending keys are left as
         they are (their records are still in the log)."""
-        self.settle()
         now = self._clock_ms()
         out = []
         for key in (self._entries if keys is None else keys):

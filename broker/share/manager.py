@@ -440,8 +440,8 @@ class SharePartitionManager:
         for (tp, leader, _, batches), outcome in zip(pending, outcomes):
             results[tp] = outcome
             topics.append((leader.topic, outcome[0]))
-            if not outcome[0]:  # counted once the answer is on its way: a step per batch
-                asyncio.get_running_loop().call_soon(stats.records_acknowledged, batches)
+            if not outcome[0]:
+                stats.records_acknowledged(batches)
         stats.share_requests(stats.ack_requests, per_topic(topics))
         return results
 

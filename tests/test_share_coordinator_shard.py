@@ -491,6 +491,22 @@ ops = st.one_of(
 )
 
 
+def run_op(rt: Runtime, op: tuple):
+    """Apply one generated ``op`` to ``rt``; returns its answer."""
+    if op[0] == "init":
+        _, p, se, start = op
+        return rt.initialize(partition=p, state_epoch=se, start_offset=start)
+    if op[0] == "write":
+        _, p, start, raw, le, se, dcc, version = op
+        return rt.write(start, [(f, f + n, s, c) for f, n, s, c in raw], leader_epoch=le, state_epoch=se,
+                        dcc=dcc, partition=p, version=version)
+    if op[0] == "read":
+        return rt.read(leader_epoch=op[2], partition=op[1])
+    if op[0] == "summary":
+        return rt.summary(partition=op[1])
+    return rt.delete(partition=op[1])
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 4), st.lists(ops, max_size=30))
 def test_replaying_the_log_rebuilds_the_same_state(records_per_snapshot, program):
@@ -498,17 +514,7 @@ def test_replaying_the_log_rebuilds_the_same_state(records_per_snapshot, program
     rt = runtime(records_per_snapshot, clock_ms=clock)
     for op in program:
         clock.now += 7
-        if op[0] == "init":
-            _, p, se, start = op
-            rt.initialize(partition=p, state_epoch=se, start_offset=start)
-        elif op[0] == "write":
-            _, p, start, raw, le, se, dcc, version = op
-            rt.write(start, [(f, f + n, s, c) for f, n, s, c in raw], leader_epoch=le, state_epoch=se,
-                     dcc=dcc, partition=p, version=version)
-        elif op[0] == "read":
-            rt.read(leader_epoch=op[2], partition=op[1])
-        else:
-            rt.delete(partition=op[1])
+        run_op(rt, op)
     full = rt.replayed()
     assert full.entries() == rt.shard.entries()
     assert full.last_redundant_offset() == rt.shard.last_redundant_offset()
@@ -547,23 +553,9 @@ def test_staged_entries_answer_as_replay_from_bytes(records_per_snapshot, progra
     direct = DirectRuntime(ShareCoordinatorShard(records_per_snapshot, clock_ms=clocks[0]))
     decoded = runtime(records_per_snapshot, clock_ms=clocks[1])
     for op in program:
-        answers = []
-        for rt, clock in zip((direct, decoded), clocks):
-            clock.now += 7
-            if op[0] == "init":
-                _, p, se, start = op
-                answers.append(rt.initialize(partition=p, state_epoch=se, start_offset=start))
-            elif op[0] == "write":
-                _, p, start, raw, le, se, dcc, version = op
-                answers.append(rt.write(start, [(f, f + n, s, c) for f, n, s, c in raw], leader_epoch=le,
-                                        state_epoch=se, dcc=dcc, partition=p, version=version))
-            elif op[0] == "read":
-                answers.append(rt.read(leader_epoch=op[2], partition=op[1]))
-            elif op[0] == "summary":
-                answers.append(rt.summary(partition=op[1]))
-            else:
-                answers.append(rt.delete(partition=op[1]))
-        assert answers[0] == answers[1]
+        clocks[0].now += 7
+        clocks[1].now += 7
+        assert run_op(direct, op) == run_op(decoded, op)
     assert direct.log == decoded.log
     assert direct.shard.last_redundant_offset() == decoded.shard.last_redundant_offset()
     assert list(direct.shard.load_view().items()) == list(decoded.shard.load_view().items())

@@ -24,6 +24,7 @@ from protocol.messages import (
 
 from .api import ReadResult, StateBatch, SummaryResult, TopicPartition
 
+
 def _by_topic(partitions: list[TopicPartition]) -> dict[UUID, list[int]]:
     out: dict[UUID, list[int]] = {}
     for topic_id, p in partitions:

@@ -1157,12 +1157,16 @@ class SharePartition:
             return
         t._open = False
         self._open.pop(t.id, None)
+        if t._scattered is None or not self._commit_scattered(t):
+            self._commit_entries(t)
+        if self._stragglers:
+            self._settle_below_start()
+        self._advance()
+
+    def _commit_entries(self, t: Transition) -> None:
+        """``commit``'s work on the records of ``t``'s undo entries still pending under it:
+        drop their write marks and lock references, and note any left AVAILABLE for fetches."""
         cache, tid = self._cache, t.id
-        if t._scattered is not None and self._commit_scattered(t):
-            if self._stragglers:
-                self._settle_below_start()
-            self._advance()
-            return
         # One-offset undo entries (a redelivery's scattered acks: hundreds, mostly under one
         # lock) are finished here, their lock references dropped once per run of one token.
         run_token = run_n = 0
@@ -1212,12 +1216,9 @@ class SharePartition:
                 e.pendings[i:j] = locks[i:j] = [0] * n
             if (e.states[i] == AVAILABLE) if n == 1 else (AVAILABLE in e.states[i:j]):
                 self._find_next = True
-        if self._stragglers:
-            self._settle_below_start()
-        self._advance()
 
     def _commit_scattered(self, t: Transition) -> bool:
-        """``commit``'s loop over one-offset undo entries, for those of ``_ack_scattered`` when
+        """``_commit_entries`` for the one-offset undo entries of ``_ack_scattered`` when
         all are still pending under one lock token: C-level checks and one loop of stores
         (commit of 500 ~70 us, not ~130). False, having changed nothing, otherwise."""
         ii = t._scattered

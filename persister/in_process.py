@@ -66,9 +66,8 @@ class InProcessPersister:
             partitions=[write_req.PartitionData(
                 partition=partition, state_epoch=state_epoch, leader_epoch=leader_epoch, start_offset=start_offset,
                 delivery_complete_count=delivery_complete_count,
-                # Made the shard's own StateBatch tuples here (tuple.__new__ over repeat(), no partial
-                # call per batch), in the normal form a SharePartition transition's batches have: the
-                # shard takes them as they are.
+                # The shortcut of the module docstring; tuple.__new__ over repeat() makes the
+                # StateBatch tuples without a Python-level call per batch.
                 state_batches=NormalBatches(map(tuple.__new__, repeat(ShardStateBatch), batches)),
             )],
         )])

@@ -27,7 +27,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Callable
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, KafkaError
 from protocol.framing import API_VERSIONS, request_header_version, response_header_version
 from protocol.message import UnsupportedVersionError
 from protocol.messages.api_versions_response import ApiVersion, ApiVersionsResponse
@@ -365,10 +365,26 @@ class Connection(asyncio.Protocol):
             log.debug("malformed frame: %s", bytes(frame[:256]).hex())
             raise CloseConnection from None
         ctx = RequestContext(self.broker, self, api_key, api_version, correlation_id, header.client_id)
-        response = await handler.handle(ctx, request)
+        try:
+            response = await handler.handle(ctx, request)
+        except (CloseConnection, asyncio.CancelledError):
+            raise
+        except Exception as e:
+            response = self._error_response(handler, request, api_version, e)
         if response is None:
             return None
         return self._encode_response(correlation_id, api_key, api_version, response)
+
+    def _error_response(self, handler, request, api_version: int, e: Exception):
+        """What Kafka's KafkaApis does with a handler's unexpected exception: log it and
+        answer the request's error response (``Errors.forException``: a KafkaError's own code,
+        UNKNOWN_SERVER_ERROR for anything else), so one failed request does not take the
+        client's connection and share session with it."""
+        log.exception("%s v%d from %s:%d failed", handler.name, api_version, *self.peer)
+        if handler.error_response is None:
+            raise CloseConnection from None
+        code = e.code if isinstance(e, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
+        return handler.error_response(request, api_version, code)
 
     def _encode_response(self, correlation_id: int, api_key: int, api_version: int, response) -> list:
         head = bytearray(8)

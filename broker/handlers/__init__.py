@@ -2,7 +2,9 @@
 
 Each module declares ``API_KEY``, ``MIN_VERSION``, ``MAX_VERSION`` and
 ``async def handle(ctx, request) -> response | None``; request and response classes come from
-the generated protocol package. Registering the same key twice, a version range the schema
+the generated protocol package. A module may also declare ``error_response(request, version,
+code)``: the answer Kafka's ``getErrorResponse`` of that request gives when its handler fails
+unexpectedly (the server sends it with UNKNOWN_SERVER_ERROR instead of closing the connection). Registering the same key twice, a version range the schema
 does not have, or a version the schema marks unstable (Kafka serves those only with
 ``unstable.api.versions.enable``, default false), fails at import time rather than on the wire.
 """
@@ -28,6 +30,7 @@ class Handler(NamedTuple):
     request_class: type
     response_class: type
     handle: Callable[..., Awaitable]
+    error_response: Callable | None = None
 
 
 def build_registry(module_names: list[str]) -> dict[int, Handler]:
@@ -46,6 +49,7 @@ def build_registry(module_names: list[str]) -> dict[int, Handler]:
         registry[key] = Handler(
             key, name, mod.MIN_VERSION, mod.MAX_VERSION,
             messages.load(req_mod, req_cls), messages.load(resp_mod, resp_cls), mod.handle,
+            getattr(mod, "error_response", None),
         )
     return registry
 

@@ -1,0 +1,124 @@
+"""A handler's unexpected exception is answered as Kafka answers it, not with a closed connection.
+
+Kafka's KafkaApis catches what a handler throws, logs it and sends the request's
+``getErrorResponse``: UNKNOWN_SERVER_ERROR (or an ApiException's own code) wherever that
+response has an error code for what the request named. Every registered API declares that
+answer (``error_response``); here each is checked for random requests of every served version,
+and the server is checked to send it and keep the connection, with the failure logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.handlers import REGISTRY
+from broker.log.memory import MemoryLogStore
+from protocol import messages
+from protocol.errors import ErrorCode, KafkaError
+from protocol.message import Message
+from protocol.messages.api_versions_request import ApiVersionsRequest
+from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
+from protocol.messages.share_fetch_request import ShareFetchRequest
+from tests.protocol_strategies import message_strategy, schema
+from tests.raw_client import RawClient
+
+UNKNOWN = ErrorCode.UNKNOWN_SERVER_ERROR
+METADATA, API_VERSIONS, SHARE_FETCH = 3, 18, 78
+CASES = [(key, v) for key, h in sorted(REGISTRY.items()) for v in range(h.min_version, h.max_version + 1)]
+
+
+def error_codes(msg) -> list[int]:
+    """Every ``error_code`` in a decoded message, depth first."""
+    out: list[int] = []
+    for name in type(msg).__slots__:
+        value = getattr(msg, name)
+        if name == "error_code":
+            out.append(value)
+        elif isinstance(value, Message):
+            out.extend(error_codes(value))
+        elif isinstance(value, list) and value and isinstance(value[0], Message):
+            for item in value:
+                out.extend(error_codes(item))
+    return out
+
+
+def test_every_api_declares_its_error_response():
+    assert [h.name for h in REGISTRY.values() if h.error_response is None] == []
+
+
+@pytest.mark.parametrize("api_key,version", CASES, ids=[f"{messages.APIS[k][1]}-v{v}" for k, v in CASES])
+def test_error_response_encodes_and_carries_only_the_error(api_key, version):
+    handler = REGISTRY[api_key]
+    strategy = message_strategy(schema("message", messages.APIS[api_key][1]), version)
+
+    @settings(max_examples=20, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(request=strategy)
+    def one(request):
+        response = handler.error_response(request, version, UNKNOWN)
+        assert isinstance(response, handler.response_class)
+        decoded = handler.response_class.from_bytes(response.to_bytes(version), version)
+        assert set(error_codes(decoded)) <= {UNKNOWN}
+
+    one()
+
+
+@pytest.fixture
+async def local(tmp_path):
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"}),
+               store=MemoryLogStore())
+    host, port = await b.start()
+    b.bootstrap = f"{host}:{port}"
+    yield b
+    await b.stop()
+
+
+def fail_with(monkeypatch, api_key: int, exc: Exception) -> list:
+    """Make ``api_key``'s handler raise ``exc``; the returned list collects its requests."""
+    seen: list = []
+
+    async def handle(ctx, request):
+        seen.append(request)
+        raise exc
+
+    monkeypatch.setitem(REGISTRY, api_key, REGISTRY[api_key]._replace(handle=handle))
+    return seen
+
+
+async def in_thread(fn, *args):
+    """Run a blocking client call while the in-process broker keeps serving."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def _metadata_then_again(bootstrap: str):
+    with RawClient(bootstrap) as c:
+        failed = c.request(METADATA, 12, MetadataRequest(topics=[MetadataRequestTopic(name="t1")]))
+        fine = c.request(API_VERSIONS, 3, ApiVersionsRequest())
+    return failed, fine
+
+
+async def test_a_failing_handler_gets_unknown_server_error_and_the_connection_stays(local, monkeypatch, caplog):
+    seen = fail_with(monkeypatch, METADATA, RuntimeError("handler bug"))
+    with caplog.at_level(logging.ERROR, logger="kshare.server"):
+        failed, fine = await in_thread(_metadata_then_again, local.bootstrap)
+    assert len(seen) == 1
+    assert [(t.name, t.error_code) for t in failed.topics] == [("t1", UNKNOWN)]
+    assert fine.error_code == 0 and fine.api_keys  # same connection, next request served
+    assert "metadata v12" in caplog.text and "handler bug" in caplog.text
+
+
+def _share_fetch(bootstrap: str):
+    with RawClient(bootstrap) as c:
+        return c.request(SHARE_FETCH, 1, ShareFetchRequest(group_id="g", member_id="m" * 22, share_session_epoch=0))
+
+
+async def test_a_kafka_error_escaping_a_handler_answers_its_own_code(local, monkeypatch):
+    fail_with(monkeypatch, SHARE_FETCH, KafkaError(ErrorCode.NOT_COORDINATOR))
+    response = await in_thread(_share_fetch, local.bootstrap)
+    assert (response.error_code, response.responses) == (ErrorCode.NOT_COORDINATOR, [])

@@ -384,7 +384,10 @@ class Connection(asyncio.Protocol):
         if handler.error_response is None:
             raise CloseConnection from None
         code = e.code if isinstance(e, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
-        return handler.error_response(request, api_version, code)
+        response = handler.error_response(request, api_version, code)
+        if response is None:  # no answer wanted (an acks=0 Produce): Kafka's sendErrorOrCloseConnection closes
+            raise CloseConnection from None
+        return response
 
     def _encode_response(self, correlation_id: int, api_key: int, api_version: int, response) -> list:
         head = bytearray(8)

@@ -23,12 +23,13 @@ from protocol import messages
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
+from protocol.messages.produce_request import PartitionProduceData, ProduceRequest, TopicProduceData
 from protocol.messages.share_fetch_request import ShareFetchRequest
 from tests.protocol_strategies import message_strategy, schema
 from tests.raw_client import RawClient
 
 UNKNOWN = ErrorCode.UNKNOWN_SERVER_ERROR
-METADATA, API_VERSIONS, SHARE_FETCH = 3, 18, 78
+PRODUCE, METADATA, API_VERSIONS, SHARE_FETCH = 0, 3, 18, 78
 CASES = [(key, v) for key, h in sorted(REGISTRY.items()) for v in range(h.min_version, h.max_version + 1)]
 
 
@@ -63,6 +64,9 @@ def test_error_response_encodes_and_carries_only_the_error(api_key, version):
     @given(request=strategy)
     def one(request):
         response = handler.error_response(request, version, UNKNOWN)
+        if response is None:  # Kafka's getErrorResponse answers an acks=0 Produce with null
+            assert (api_key, request.acks) == (PRODUCE, 0)
+            return
         assert isinstance(response, handler.response_class)
         decoded = handler.response_class.from_bytes(response.to_bytes(version), version)
         assert set(error_codes(decoded, response_struct, version)) <= {UNKNOWN}
@@ -123,3 +127,16 @@ async def test_a_kafka_error_escaping_a_handler_answers_its_own_code(local, monk
     fail_with(monkeypatch, SHARE_FETCH, KafkaError(ErrorCode.NOT_COORDINATOR))
     response = await in_thread(_share_fetch, local.bootstrap)
     assert (response.error_code, response.responses) == (ErrorCode.NOT_COORDINATOR, [])
+
+
+def _produce_acks_0(bootstrap: str) -> bool:
+    with RawClient(bootstrap) as c:
+        c.send_raw(c.frame(PRODUCE, 9, ProduceRequest(acks=0, topic_data=[
+            TopicProduceData(name="t1", partition_data=[PartitionProduceData(index=0, records=b"")])])))
+        return c.is_closed_by_broker()
+
+
+async def test_a_failing_acks_0_produce_closes_the_connection(local, monkeypatch):
+    seen = fail_with(monkeypatch, PRODUCE, RuntimeError("handler bug"))
+    assert await in_thread(_produce_acks_0, local.bootstrap)  # Kafka: no answer wanted, so it closes
+    assert len(seen) == 1

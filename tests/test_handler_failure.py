@@ -104,7 +104,8 @@ async def in_thread(fn, *args):
 def _metadata_then_again(bootstrap: str):
     with RawClient(bootstrap) as c:
         failed = c.request(METADATA, 12, MetadataRequest(topics=[MetadataRequestTopic(name="t1")]))
-        fine = c.request(API_VERSIONS, 3, ApiVersionsRequest())
+        fine = c.request(API_VERSIONS, 3, ApiVersionsRequest(client_software_name="kshare-tests",
+                                                              client_software_version="1"))
     return failed, fine
 
 

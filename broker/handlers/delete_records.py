@@ -58,6 +58,16 @@ def delete_before(broker, topic: str, partition: int, offset: int) -> tuple[int,
     return ErrorCode.NONE, lg.start_offset
 
 
+def error_response(req, version: int, code: int) -> DeleteRecordsResponse:
+    """Kafka's getErrorResponse: every requested partition with the error and low watermark -1."""
+    return DeleteRecordsResponse(topics=[
+        DeleteRecordsTopicResult(name=t.name, partitions=[
+            DeleteRecordsPartitionResult(partition_index=p.partition_index, low_watermark=-1, error_code=code)
+            for p in t.partitions])
+        for t in req.topics
+    ])
+
+
 async def handle(ctx, req) -> DeleteRecordsResponse:
     wanted: dict[str, dict[int, int]] = {}
     for t in req.topics:

@@ -214,6 +214,18 @@ def _read(plan: _Plan, max_bytes: int, store) -> int:
     return total
 
 
+def error_response(req, version: int, code: int) -> FetchResponse:
+    """Kafka's getErrorResponse: the top-level error and the session id; before v13 also every
+    requested partition with the error."""
+    topics = [] if version >= 13 else [
+        FetchableTopicResponse(topic=ft.topic, topic_id=ft.topic_id, partitions=[
+            PartitionData(partition_index=fp.partition, error_code=code, high_watermark=-1, records=EMPTY)
+            for fp in ft.partitions])
+        for ft in req.topics
+    ]
+    return FetchResponse(error_code=code, session_id=req.session_id, responses=topics)
+
+
 async def handle(ctx, req) -> FetchResponse:
     broker = ctx.broker
     v = ctx.api_version

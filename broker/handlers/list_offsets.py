@@ -55,6 +55,16 @@ def lookup(lg, timestamp: int) -> tuple[int, int, int]:
     return found[0], found[1], LEADER_EPOCH
 
 
+def error_response(req, version: int, code: int) -> ListOffsetsResponse:
+    """Kafka's getErrorResponse: every requested partition with the error, offset and timestamp -1."""
+    return ListOffsetsResponse(topics=[
+        ListOffsetsTopicResponse(name=t.name, partitions=[
+            ListOffsetsPartitionResponse(partition_index=p.partition_index, error_code=code, offset=-1, timestamp=-1)
+            for p in t.partitions])
+        for t in req.topics
+    ])
+
+
 async def handle(ctx, req) -> ListOffsetsResponse:
     broker = ctx.broker
     topics = broker.topics

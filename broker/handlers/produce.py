@@ -64,6 +64,21 @@ def _topic_response(v: int, td) -> TopicProduceResponse:
     return TopicProduceResponse(name=td.name)
 
 
+def error_response(req, version: int, code: int) -> ProduceResponse | None:
+    """Kafka's getErrorResponse: none for acks=0; else every partition of the request once, with the error."""
+    if req.acks == 0:
+        return None
+    responses = {}  # (name, topic id) -> topic response
+    seen = set()
+    for td in req.topic_data:
+        tr = responses.setdefault((td.name, td.topic_id), _topic_response(version, td))
+        for pd in td.partition_data:
+            if (td.name, td.topic_id, pd.index) not in seen:
+                seen.add((td.name, td.topic_id, pd.index))
+                tr.partition_responses.append(_error(pd.index, code))
+    return ProduceResponse(responses=list(responses.values()))
+
+
 async def handle(ctx, req):
     broker = ctx.broker
     v = ctx.api_version

@@ -43,6 +43,14 @@ def _missing(name: str) -> DescribeTopicPartitionsResponseTopic:
                                                 is_internal=name in INTERNAL_TOPICS, partitions=[])
 
 
+def error_response(req, version: int, code: int) -> DescribeTopicPartitionsResponse:
+    """Kafka's getErrorResponse: every requested topic by name with the error, no partitions, no cursor."""
+    return DescribeTopicPartitionsResponse(topics=[
+        DescribeTopicPartitionsResponseTopic(error_code=code, name=t.name, is_internal=False, partitions=[])
+        for t in req.topics
+    ])
+
+
 async def handle(ctx, req) -> DescribeTopicPartitionsResponse:
     broker = ctx.broker
     node = broker.node_id

@@ -77,6 +77,13 @@ def _invalid_request(req) -> MetadataResponse:
     ])
 
 
+def error_response(req, version: int, code: int) -> MetadataResponse:
+    """Kafka's getErrorResponse: every requested topic (a null name as "", its id) with the error,
+    no partitions, and the error at the top level (v13+)."""
+    topics = [_error_topic(code, t.name or "", t.topic_id) for t in req.topics or ()]
+    return MetadataResponse(topics=topics, error_code=code)
+
+
 async def handle(ctx, req) -> MetadataResponse:
     broker = ctx.broker
     v = ctx.api_version

@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 
 from protocol.errors import ErrorCode
-from protocol.messages.api_versions_response import ApiVersionsResponse, FinalizedFeatureKey, SupportedFeatureKey
+from protocol.messages.api_versions_response import (
+    ApiVersion,
+    ApiVersionsResponse,
+    FinalizedFeatureKey,
+    SupportedFeatureKey,
+)
 
 API_KEY = 18
 MIN_VERSION, MAX_VERSION = 0, 4
@@ -16,6 +21,12 @@ MIN_VERSION, MAX_VERSION = 0, 4
 FEATURES = {"metadata.version": (7, 29), "share.version": (0, 1), "group.version": (0, 1)}
 # KIP-511: what a v3+ client may call itself.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+def error_response(request, version: int, code: int) -> ApiVersionsResponse:
+    """Kafka's getErrorResponse: the error; for UNSUPPORTED_VERSION also ApiVersions' own range (KIP-511)."""
+    keys = [ApiVersion(api_key=API_KEY, min_version=MIN_VERSION, max_version=MAX_VERSION)]
+    return ApiVersionsResponse(error_code=code, api_keys=keys if code == ErrorCode.UNSUPPORTED_VERSION else [])
 
 
 async def handle(ctx, request) -> ApiVersionsResponse:

@@ -19,6 +19,11 @@ BROKER_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2
 _ENDPOINT_NAMES = {BROKER_ENDPOINT: "BROKER", CONTROLLER_ENDPOINT: "CONTROLLER"}
 
 
+def error_response(req, version: int, code: int) -> DescribeClusterResponse:
+    """Kafka's getErrorResponse: the error with no message, and no cluster."""
+    return DescribeClusterResponse(error_code=code, error_message=None)
+
+
 async def handle(ctx, req) -> DescribeClusterResponse:
     broker = ctx.broker
     wanted = req.endpoint_type

@@ -27,6 +27,11 @@ MIN_VERSION, MAX_VERSION = 1, 4
 log = logging.getLogger("kshare.admin")
 
 
+def error_response(req, version: int, code: int) -> DescribeLogDirsResponse:
+    """Kafka's getErrorResponse: no results, the error at the top level (v3+; none before)."""
+    return DescribeLogDirsResponse(error_code=code)
+
+
 async def handle(ctx, req) -> DescribeLogDirsResponse:
     broker = ctx.broker
     log_dir = os.path.abspath(broker.data_dir)

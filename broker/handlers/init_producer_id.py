@@ -26,6 +26,11 @@ MIN_VERSION, MAX_VERSION = 0, 5
 log = logging.getLogger("kshare.init_producer_id")
 
 
+def error_response(req, version: int, code: int) -> InitProducerIdResponse:
+    """Kafka's getErrorResponse: the error, with no producer id (-1) and no epoch (-1)."""
+    return InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1)
+
+
 async def handle(ctx, req) -> InitProducerIdResponse:
     tid = req.transactional_id
     if tid is not None:

@@ -10,6 +10,11 @@ API_KEY = 36
 MIN_VERSION, MAX_VERSION = 0, 2
 
 
+def error_response(req, version: int, code: int) -> SaslAuthenticateResponse:
+    """Kafka's getErrorResponse: the error, with no message and no auth bytes."""
+    return SaslAuthenticateResponse(error_code=code, error_message=None, auth_bytes=b"")
+
+
 async def handle(ctx, req) -> SaslAuthenticateResponse:
     return SaslAuthenticateResponse(
         error_code=ErrorCode.ILLEGAL_SASL_STATE,

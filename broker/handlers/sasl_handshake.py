@@ -14,5 +14,10 @@ API_KEY = 17
 MIN_VERSION, MAX_VERSION = 0, 1
 
 
+def error_response(req, version: int, code: int) -> SaslHandshakeResponse:
+    """Kafka's getErrorResponse: the error, with no mechanisms."""
+    return SaslHandshakeResponse(error_code=code, mechanisms=[])
+
+
 async def handle(ctx, req) -> SaslHandshakeResponse:
     return SaslHandshakeResponse(error_code=ErrorCode.ILLEGAL_SASL_STATE, mechanisms=[])

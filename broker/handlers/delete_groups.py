@@ -25,3 +25,8 @@ async def handle(ctx, req) -> DeleteGroupsResponse:
             code = e.code
         results.append(DeletableGroupResult(group_id=group_id, error_code=code))
     return DeleteGroupsResponse(results=results)
+
+
+def error_response(req, version: int, code: int) -> DeleteGroupsResponse:
+    """Every requested group id (duplicates too) with the error and no message."""
+    return DeleteGroupsResponse(results=[DeletableGroupResult(group_id=g, error_code=code) for g in req.groups_names])

@@ -44,3 +44,8 @@ async def handle(ctx, req) -> DescribeGroupsResponse:
             if g.error_code == ErrorCode.NONE:
                 g.authorized_operations = GROUP_OPERATIONS
     return DescribeGroupsResponse(groups=groups)
+
+
+def error_response(req, version: int, code: int) -> DescribeGroupsResponse:
+    """Every group id with the error, no message, empty state and protocol, no members."""
+    return DescribeGroupsResponse(groups=[DescribedGroup(group_id=g, error_code=code) for g in req.groups])

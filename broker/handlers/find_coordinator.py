@@ -24,6 +24,7 @@ from protocol.messages.find_coordinator_response import Coordinator, FindCoordin
 from ..partitions import NO_LEADER, leader_of
 from ..topics import CONSUMER_OFFSETS, SHARE_GROUP_STATE
 from ._admin import default_message
+from ._group_admin import error_message
 
 API_KEY = 10
 MIN_VERSION, MAX_VERSION = 0, 6
@@ -80,3 +81,14 @@ async def handle(ctx, req) -> FindCoordinatorResponse:
         node_id, host, port = node(code)
         coordinators.append(Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=code))
     return FindCoordinatorResponse(coordinators=coordinators)
+
+
+def error_response(req, version: int, code: int) -> FindCoordinatorResponse:
+    """The error with its default message and no node (-1, "", -1): top-level before v4, per key from v4."""
+    message = error_message(code)
+    if version < 4:
+        return FindCoordinatorResponse(error_code=code, error_message=message, node_id=-1, host="", port=-1)
+    return FindCoordinatorResponse(coordinators=[
+        Coordinator(key=key, node_id=-1, host="", port=-1, error_code=code, error_message=message)
+        for key in req.coordinator_keys
+    ])

@@ -39,3 +39,8 @@ async def handle(ctx, req) -> ListGroupsResponse:
         if _matches(state, states, types)
     ]
     return ListGroupsResponse(groups=groups)
+
+
+def error_response(req, version: int, code: int) -> ListGroupsResponse:
+    """The top-level error and no groups."""
+    return ListGroupsResponse(error_code=code, groups=[])

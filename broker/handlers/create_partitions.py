@@ -66,3 +66,10 @@ async def handle(ctx, req) -> CreatePartitionsResponse:
         results.append(CreatePartitionsTopicResult(name=name, error_code=ErrorCode.INVALID_REQUEST,
                                                    error_message="Duplicate topic name."))
     return CreatePartitionsResponse(results=results)
+
+
+def error_response(req, version: int, code: int) -> CreatePartitionsResponse:
+    """Every requested topic name (duplicates too) with the error and no message."""
+    return CreatePartitionsResponse(results=[
+        CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=None) for t in req.topics
+    ])

@@ -117,3 +117,9 @@ async def handle(ctx, req) -> CreateTopicsResponse:
                                             error_message="Duplicate topic name."))
     return CreateTopicsResponse(topics=results)
 
+
+def error_response(req, version: int, code: int) -> CreateTopicsResponse:
+    """Every requested topic name (duplicates too) with the error and no message."""
+    return CreateTopicsResponse(topics=[
+        CreatableTopicResult(name=t.name, error_code=code, error_message=None) for t in req.topics
+    ])

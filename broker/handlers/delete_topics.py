@@ -100,3 +100,12 @@ async def handle(ctx, req) -> DeleteTopicsResponse:
         for r in doomed:
             r.error_code, r.error_message = e.code, e.message
     return DeleteTopicsResponse(responses=out)
+
+
+def error_response(req, version: int, code: int) -> DeleteTopicsResponse:
+    """Every requested topic with the error and no message: by name before v6, by name and id from v6."""
+    if version >= 6:
+        entries = [(t.name, t.topic_id) for t in req.topics]
+    else:
+        entries = [(name, ZERO_UUID) for name in req.topic_names]
+    return DeleteTopicsResponse(responses=[_result(name, topic_id, code) for name, topic_id in entries])

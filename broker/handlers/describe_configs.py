@@ -18,6 +18,7 @@ from protocol.messages.describe_configs_response import (
 
 from ..config_resources import TYPE_NAMES, ConfigEntry, provider_for
 from ._admin import default_message
+from ._group_admin import error_message
 
 API_KEY = 32
 MIN_VERSION, MAX_VERSION = 1, 4
@@ -57,3 +58,13 @@ async def handle(ctx, req) -> DescribeConfigsResponse:
             configs=[_result(e, req.include_synonyms, req.include_documentation) for e in entries],
         ))
     return DescribeConfigsResponse(results=results)
+
+
+def error_response(req, version: int, code: int) -> DescribeConfigsResponse:
+    """Every requested resource with the error, its default message and no configs."""
+    message = error_message(code)
+    return DescribeConfigsResponse(results=[
+        DescribeConfigsResult(error_code=code, error_message=message, resource_type=r.resource_type,
+                              resource_name=r.resource_name, configs=[])
+        for r in req.resources
+    ])

@@ -38,3 +38,12 @@ def _alter_one(broker, resource, validate_only: bool) -> None:
 
 async def handle(ctx, req) -> IncrementalAlterConfigsResponse:
     return IncrementalAlterConfigsResponse(responses=alter_each(ctx.broker, req, _alter_one, AlterConfigsResourceResponse))
+
+
+def error_response(req, version: int, code: int) -> IncrementalAlterConfigsResponse:
+    """Every requested resource with the error and no message."""
+    return IncrementalAlterConfigsResponse(responses=[
+        AlterConfigsResourceResponse(error_code=code, error_message=None, resource_type=r.resource_type,
+                                     resource_name=r.resource_name)
+        for r in req.resources
+    ])

@@ -53,3 +53,8 @@ async def handle(ctx, req) -> AlterShareGroupOffsetsResponse:
         )
         for t in altered
     ])
+
+
+def error_response(req, version: int, code: int) -> AlterShareGroupOffsetsResponse:
+    """The top-level error code with its default message, and no topics."""
+    return _error(code, None)

@@ -46,3 +46,8 @@ async def handle(ctx, req) -> DeleteShareGroupOffsetsResponse:
         )
         for t in topics
     ])
+
+
+def error_response(req, version: int, code: int) -> DeleteShareGroupOffsetsResponse:
+    """The top-level error code with its default message, and no topics."""
+    return _error(code, None)

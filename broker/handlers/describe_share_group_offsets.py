@@ -75,3 +75,11 @@ async def _group(broker, g) -> DescribeShareGroupOffsetsResponseGroup:
 
 async def handle(ctx, req) -> DescribeShareGroupOffsetsResponse:
     return DescribeShareGroupOffsetsResponse(groups=[await _group(ctx.broker, g) for g in req.groups])
+
+
+def error_response(req, version: int, code: int) -> DescribeShareGroupOffsetsResponse:
+    """One group per group requested, with the code and its default message, and no topics."""
+    return DescribeShareGroupOffsetsResponse(groups=[
+        DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id, error_code=code, error_message=error_message(code))
+        for g in req.groups
+    ])

@@ -54,3 +54,8 @@ async def handle(ctx, req) -> ShareAcknowledgeResponse:
         acquisition_lock_timeout_ms=manager.lock_duration_ms(group),
         responses=[ShareAcknowledgeTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()],
     )
+
+
+def error_response(req, version: int, code: int) -> ShareAcknowledgeResponse:
+    """The top-level error code alone: no message, no partitions."""
+    return ShareAcknowledgeResponse(error_code=code)

@@ -144,3 +144,8 @@ async def handle(ctx, req) -> ShareFetchResponse:
         acquisition_lock_timeout_ms=manager.lock_duration_ms(group),
         responses=[ShareFetchableTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()],
     )
+
+
+def error_response(req, version: int, code: int) -> ShareFetchResponse:
+    """The top-level error code alone: no message, no partitions, acquisition lock timeout 0."""
+    return ShareFetchResponse(error_code=code)

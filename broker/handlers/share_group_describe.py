@@ -59,3 +59,8 @@ async def handle(ctx, req) -> ShareGroupDescribeResponse:
             continue
         groups.append(_described(description, req.include_authorized_operations))
     return ShareGroupDescribeResponse(groups=groups)
+
+
+def error_response(req, version: int, code: int) -> ShareGroupDescribeResponse:
+    """One group per group id requested, each with the code (no message)."""
+    return ShareGroupDescribeResponse(groups=[DescribedGroup(group_id=g, error_code=code) for g in req.group_ids])

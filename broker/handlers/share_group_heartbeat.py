@@ -19,3 +19,8 @@ async def handle(ctx, req: ShareGroupHeartbeatRequest) -> ShareGroupHeartbeatRes
         req.group_id, req.member_id, req.member_epoch, req.rack_id, req.subscribed_topic_names,
         ctx.client_id or "", "/" + ctx.client_host,
     )
+
+
+def error_response(req, version: int, code: int) -> ShareGroupHeartbeatResponse:
+    """The top-level error code alone (no message, member id or assignment)."""
+    return ShareGroupHeartbeatResponse(error_code=code)

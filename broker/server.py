@@ -381,8 +381,6 @@ class Connection(asyncio.Protocol):
         UNKNOWN_SERVER_ERROR for anything else), so one failed request does not take the
         client's connection and share session with it."""
         log.exception("%s v%d from %s:%d failed", handler.name, api_version, *self.peer)
-        if handler.error_response is None:
-            raise CloseConnection from None
         code = e.code if isinstance(e, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR
         response = handler.error_response(request, api_version, code)
         if response is None:  # no answer wanted (an acks=0 Produce): Kafka's sendErrorOrCloseConnection closes

@@ -2,9 +2,10 @@
 
 Each module declares ``API_KEY``, ``MIN_VERSION``, ``MAX_VERSION`` and
 ``async def handle(ctx, request) -> response | None``; request and response classes come from
-the generated protocol package. A module may also declare ``error_response(request, version,
-code)``: the answer Kafka's ``getErrorResponse`` of that request gives when its handler fails
-unexpectedly (the server sends it with UNKNOWN_SERVER_ERROR instead of closing the connection). Registering the same key twice, a version range the schema
+the generated protocol package. Each also declares ``error_response(request, version, code)``:
+the answer Kafka's ``getErrorResponse`` of that request gives when its handler fails unexpectedly
+(the server sends it with UNKNOWN_SERVER_ERROR instead of closing the connection; None, for an
+acks=0 Produce, closes it). Registering the same key twice, a version range the schema
 does not have, or a version the schema marks unstable (Kafka serves those only with
 ``unstable.api.versions.enable``, default false), fails at import time rather than on the wire.
 """
@@ -30,7 +31,7 @@ class Handler(NamedTuple):
     request_class: type
     response_class: type
     handle: Callable[..., Awaitable]
-    error_response: Callable | None = None
+    error_response: Callable
 
 
 def build_registry(module_names: list[str]) -> dict[int, Handler]:
@@ -46,10 +47,12 @@ def build_registry(module_names: list[str]) -> dict[int, Handler]:
             raise ValueError(f"{name}: versions {mod.MIN_VERSION}-{mod.MAX_VERSION} outside the schema's {lo}-{hi}")
         if mod.MAX_VERSION > messages.STABLE_MAX_VERSION[key]:
             raise ValueError(f"{name}: version {mod.MAX_VERSION} is unstable in the schema; Kafka does not serve it")
+        if not callable(getattr(mod, "error_response", None)):
+            raise ValueError(f"{name}: no error_response (Kafka's getErrorResponse of the request)")
         registry[key] = Handler(
             key, name, mod.MIN_VERSION, mod.MAX_VERSION,
             messages.load(req_mod, req_cls), messages.load(resp_mod, resp_cls), mod.handle,
-            getattr(mod, "error_response", None),
+            mod.error_response,
         )
     return registry
 

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from broker.broker import Broker
+from broker.config import BrokerConfig
+from broker.log.memory import MemoryLogStore
 from tests.broker_process import BrokerProcess
 
 
@@ -47,6 +50,18 @@ def broker(tmp_path_factory):
     code = b.stop()
     assert code == 0, f"shared broker exited with {code}; log:\n{b.log()}"
     assert "Traceback" not in b.log(), b.log()
+
+
+@pytest.fixture
+async def local(tmp_path):
+    """A broker in this process (memory log store) on 127.0.0.1, for tests that patch its
+    handlers or look at its state; blocking clients talk to it from a thread."""
+    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"}),
+               store=MemoryLogStore())
+    host, port = await b.start()
+    b.bootstrap = f"{host}:{port}"
+    yield b
+    await b.stop()
 
 
 @pytest.fixture

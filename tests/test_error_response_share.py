@@ -12,10 +12,7 @@ import uuid
 import pytest
 from confluent_kafka import ShareConsumer
 
-from broker.broker import Broker
-from broker.config import BrokerConfig
 from broker.handlers import REGISTRY
-from broker.log.memory import MemoryLogStore
 from protocol.errors import ErrorCode
 from protocol.messages.alter_share_group_offsets_request import (
     AlterShareGroupOffsetsRequest,
@@ -128,16 +125,6 @@ def test_heartbeat_fetch_and_acknowledge_answer_the_code_alone():
             got = answer(api_key, version, request)
             assert (got.error_code, got.error_message, got.responses, got.node_endpoints,
                     got.acquisition_lock_timeout_ms) == (UNKNOWN, None, [], [], 0)
-
-
-@pytest.fixture
-async def local(tmp_path):
-    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"}),
-               store=MemoryLogStore())
-    host, port = await b.start()
-    b.bootstrap = f"{host}:{port}"
-    yield b
-    await b.stop()
 
 
 def _consume(bootstrap: str, topic: str, n: int) -> tuple[list, list]:

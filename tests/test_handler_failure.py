@@ -15,10 +15,7 @@ import logging
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from broker.broker import Broker
-from broker.config import BrokerConfig
 from broker.handlers import REGISTRY, build_registry, init_producer_id
-from broker.log.memory import MemoryLogStore
 from protocol import messages
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.api_versions_request import ApiVersionsRequest
@@ -74,16 +71,6 @@ def test_error_response_encodes_and_carries_only_the_error(api_key, version):
         assert set(error_codes(decoded, response_struct, version)) <= {UNKNOWN}
 
     one()
-
-
-@pytest.fixture
-async def local(tmp_path):
-    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"}),
-               store=MemoryLogStore())
-    host, port = await b.start()
-    b.bootstrap = f"{host}:{port}"
-    yield b
-    await b.stop()
 
 
 def fail_with(monkeypatch, api_key: int, exc: Exception) -> list:

@@ -12,26 +12,13 @@ import struct
 
 import pytest
 
-from broker.broker import Broker
-from broker.config import BrokerConfig
 from broker.context import RequestContext
 from broker.handlers import produce as produce_handler
-from broker.log.memory import MemoryLogStore
 from broker.server import MAX_QUEUED_BYTES
 from protocol.framing import request_frame
 from tests.raw_client import RawClient
 from tests.test_produce_support import batch, fetch, fetch_request, headers_of, produce_request
 from tests.test_share_wire_support import ShareMember, acquired, new_member_id, parts
-
-
-@pytest.fixture
-async def local(tmp_path):
-    b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data"), "listeners": "PLAINTEXT://127.0.0.1:0"}),
-               store=MemoryLogStore())
-    host, port = await b.start()
-    b.bootstrap = f"{host}:{port}"
-    yield b
-    await b.stop()
 
 
 def ctx(b, api_key, version):

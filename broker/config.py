@@ -191,7 +191,8 @@ _DEFS: list[ConfigDef] = [
        "Replication factor of __consumer_offsets (capped at the number of brokers, i.e. 1).", at_least=1),
     _d("offsets.topic.segment.bytes", INT, 104857600, "Segment size of __consumer_offsets.", at_least=1),
     # --- log ----------------------------------------------------------------------------
-    _d("log.segment.bytes", INT, 1073741824, "Segment file size.", at_least=14, dynamic=True),
+    # At least 1 MiB since Kafka 4.0 (KIP-1030), as the topic-level segment.bytes.
+    _d("log.segment.bytes", INT, 1073741824, "Segment file size.", at_least=1_048_576, dynamic=True),
     _d("log.roll.ms", LONG, None, "Roll a segment after this long (overrides log.roll.hours).", dynamic=True),
     _d("log.roll.hours", INT, 168, "Roll a segment after this many hours.", at_least=1),
     _d("log.retention.ms", LONG, None, "Delete segments older than this (-1: forever).", dynamic=True),

@@ -47,6 +47,8 @@ def test_topic_config_table_is_kafka_4_2():
     assert "message.format.version" not in TOPIC_CONFIGS and "message.downconversion.enable" not in TOPIC_CONFIGS
     with pytest.raises(KafkaError, match="Value must be at least 1048576"):
         validate_topic_configs({"segment.bytes": "1048575"}, BrokerConfig())
+    with pytest.raises(ConfigError, match="log.segment.bytes: Value must be at least 1048576"):
+        BrokerConfig({"log.segment.bytes": "1048575"})
     with pytest.raises(KafkaError, match="Value must be between 1 and 9 or equal to -1"):
         validate_topic_configs({"compression.gzip.level": "0"}, BrokerConfig())
     with pytest.raises(KafkaError, match="Value must be no more than 1"):

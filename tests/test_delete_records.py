@@ -149,12 +149,12 @@ def test_released_records_below_the_new_start_are_not_delivered_again(broker, to
 
 
 def test_the_new_log_start_survives_kill_9_and_whole_segments_below_it_go(broker_factory, topic_name):
-    b = broker_factory({"log.segment.bytes": "300"})
+    b = broker_factory({"log.segment.bytes": "1048576"})  # Kafka's minimum: three 300 KB batches each
     data = b.data_dir / f"{topic_name}-0"
     with RawClient(b.bootstrap) as c:
         auto_create_topic(c, topic_name)
         for i in range(20):
-            produce(c, topic_name, batch([b"record %d" % i]))
+            produce(c, topic_name, batch([(b"record %d " % i).ljust(300_000, b".")]))
         segments = sorted(data.glob("*.log"))
         assert len(segments) > 3
         assert delete_records(c, (topic_name, 0, 15)) == [(topic_name, 0, 0, 15)]

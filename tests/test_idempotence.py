@@ -94,12 +94,13 @@ def test_duplicates_gaps_fencing_and_duplicates_after_restart(broker_factory, to
 
 def test_duplicate_detected_after_crash_without_any_snapshot(broker_factory, topic_name):
     """Every producer snapshot lost: the last segments' batch headers are replayed."""
-    b = broker_factory({"log.segment.bytes": "1024"})  # small segments: several rolls
+    b = broker_factory({"log.segment.bytes": "1048576"})  # Kafka's minimum: ten 100 KB batches each
     with RawClient(b.bootstrap) as c:
         create_topic(c, topic_name)
         pid = init_producer_id(c).producer_id
         for seq in range(40):
-            r = produce(c, topic_name, batch([b"v%03d" % seq], producer_id=pid, epoch=0, seq=seq))
+            value = (b"v%03d" % seq).ljust(100_000, b".")
+            r = produce(c, topic_name, batch([value], producer_id=pid, epoch=0, seq=seq))
             assert r.base_offset == seq
     b.kill()
     data = b.data_dir / f"{topic_name}-0"

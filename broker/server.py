@@ -367,7 +367,7 @@ class Connection(asyncio.Protocol):
         ctx = RequestContext(self.broker, self, api_key, api_version, correlation_id, header.client_id)
         try:
             response = await handler.handle(ctx, request)
-        except (CloseConnection, asyncio.CancelledError):
+        except CloseConnection:
             raise
         except Exception as e:
             response = self._error_response(handler, request, api_version, e)

@@ -90,13 +90,3 @@ async def close_session(broker, session) -> None:
     broker.share_sessions.close(session.group_id, session.member_id)
     await broker.share_manager.release(session.group_id, session.member_id, set(session.partitions))
 
-
-def state_error_results(req, result_class, partition_class, code: int, message: str | None = None) -> list:
-    """The results the share-state RPCs' getErrorResponse builds: every topic the request names,
-    with each of its partitions carrying ``code`` (and ``message``, where Kafka sets one)."""
-    return [
-        result_class(topic_id=t.topic_id, partitions=[
-            partition_class(partition=p.partition, error_code=code, error_message=message) for p in t.partitions
-        ])
-        for t in req.topics
-    ]

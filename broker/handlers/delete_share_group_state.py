@@ -5,13 +5,8 @@
 
 from __future__ import annotations
 
-from protocol.messages.delete_share_group_state_response import (
-    DeleteShareGroupStateResponse,
-    DeleteStateResult,
-    PartitionResult,
-)
-
-from ._share import state_error_results
+from coordinator.share.service import DELETE
+from coordinator.share.service import error_response as state_error_response
 
 API_KEY = 86
 MIN_VERSION, MAX_VERSION = 0, 0
@@ -21,7 +16,6 @@ async def handle(ctx, req):
     return await ctx.broker.share_coordinator.delete_state(req)
 
 
-def error_response(req, version: int, code: int) -> DeleteShareGroupStateResponse:
+def error_response(req, version: int, code: int):
     """Every topic and partition named, each with the code (no message)."""
-    results = state_error_results(req, DeleteStateResult, PartitionResult, code)
-    return DeleteShareGroupStateResponse(results=results)
+    return state_error_response(DELETE, req, code, None)

@@ -7,13 +7,8 @@ ClusterAction, which kshare does not check yet (no ACLs).
 
 from __future__ import annotations
 
-from protocol.messages.initialize_share_group_state_response import (
-    InitializeShareGroupStateResponse,
-    InitializeStateResult,
-    PartitionResult,
-)
-
-from ._share import state_error_results
+from coordinator.share.service import INITIALIZE
+from coordinator.share.service import error_response as state_error_response
 
 API_KEY = 83
 MIN_VERSION, MAX_VERSION = 0, 0
@@ -23,7 +18,6 @@ async def handle(ctx, req):
     return await ctx.broker.share_coordinator.initialize_state(req)
 
 
-def error_response(req, version: int, code: int) -> InitializeShareGroupStateResponse:
+def error_response(req, version: int, code: int):
     """Every topic and partition named, each with the code (no message)."""
-    results = state_error_results(req, InitializeStateResult, PartitionResult, code)
-    return InitializeShareGroupStateResponse(results=results)
+    return state_error_response(INITIALIZE, req, code, None)

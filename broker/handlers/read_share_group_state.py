@@ -8,14 +8,10 @@ ClusterAction authorisation is not checked yet (no ACLs).
 
 from __future__ import annotations
 
-from protocol.messages.read_share_group_state_response import (
-    PartitionResult,
-    ReadShareGroupStateResponse,
-    ReadStateResult,
-)
+from coordinator.share.service import READ
+from coordinator.share.service import error_response as state_error_response
 
 from ._group_admin import error_message
-from ._share import state_error_results
 
 API_KEY = 84
 MIN_VERSION, MAX_VERSION = 0, 0
@@ -25,7 +21,6 @@ async def handle(ctx, req):
     return await ctx.broker.share_coordinator.read_state(req)
 
 
-def error_response(req, version: int, code: int) -> ReadShareGroupStateResponse:
+def error_response(req, version: int, code: int):
     """Every topic and partition named, each with the code and Errors' default message."""
-    results = state_error_results(req, ReadStateResult, PartitionResult, code, error_message(code))
-    return ReadShareGroupStateResponse(results=results)
+    return state_error_response(READ, req, code, error_message(code))

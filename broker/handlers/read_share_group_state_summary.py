@@ -6,14 +6,10 @@ combining state batches; CLUSTER ClusterAction authorisation is not checked yet.
 
 from __future__ import annotations
 
-from protocol.messages.read_share_group_state_summary_response import (
-    PartitionResult,
-    ReadShareGroupStateSummaryResponse,
-    ReadStateSummaryResult,
-)
+from coordinator.share.service import SUMMARY
+from coordinator.share.service import error_response as state_error_response
 
 from ._group_admin import error_message
-from ._share import state_error_results
 
 API_KEY = 87
 MIN_VERSION, MAX_VERSION = 0, 1
@@ -23,7 +19,6 @@ async def handle(ctx, req):
     return await ctx.broker.share_coordinator.read_state_summary(req, ctx.api_version)
 
 
-def error_response(req, version: int, code: int) -> ReadShareGroupStateSummaryResponse:
+def error_response(req, version: int, code: int):
     """Every topic and partition named, each with the code and Errors' default message."""
-    results = state_error_results(req, ReadStateSummaryResult, PartitionResult, code, error_message(code))
-    return ReadShareGroupStateSummaryResponse(results=results)
+    return state_error_response(SUMMARY, req, code, error_message(code))

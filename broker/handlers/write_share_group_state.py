@@ -7,14 +7,10 @@ INVALID_REQUEST for never-initialised state and the load/ownership errors all co
 
 from __future__ import annotations
 
-from protocol.messages.write_share_group_state_response import (
-    PartitionResult,
-    WriteShareGroupStateResponse,
-    WriteStateResult,
-)
+from coordinator.share.service import WRITE
+from coordinator.share.service import error_response as state_error_response
 
 from ._group_admin import error_message
-from ._share import state_error_results
 
 API_KEY = 85
 MIN_VERSION, MAX_VERSION = 0, 1
@@ -24,7 +20,6 @@ async def handle(ctx, req):
     return await ctx.broker.share_coordinator.write_state(req, ctx.api_version)
 
 
-def error_response(req, version: int, code: int) -> WriteShareGroupStateResponse:
+def error_response(req, version: int, code: int):
     """Every topic and partition named, each with the code and Errors' default message."""
-    results = state_error_results(req, WriteStateResult, PartitionResult, code, error_message(code))
-    return WriteShareGroupStateResponse(results=results)
+    return state_error_response(WRITE, req, code, error_message(code))

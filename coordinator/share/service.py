@@ -100,20 +100,21 @@ class _Api:
     operation: str  # "Unable to <operation>: ..."
 
 
-_INITIALIZE = _Api(init_rsp.InitializeShareGroupStateResponse, init_rsp.InitializeStateResult,
+INITIALIZE = _Api(init_rsp.InitializeShareGroupStateResponse, init_rsp.InitializeStateResult,
                    init_rsp.PartitionResult, "initialize share group state")
-_READ = _Api(read_rsp.ReadShareGroupStateResponse, read_rsp.ReadStateResult,
+READ = _Api(read_rsp.ReadShareGroupStateResponse, read_rsp.ReadStateResult,
              read_rsp.PartitionResult, "read share group state")
-_WRITE = _Api(write_rsp.WriteShareGroupStateResponse, write_rsp.WriteStateResult,
+WRITE = _Api(write_rsp.WriteShareGroupStateResponse, write_rsp.WriteStateResult,
               write_rsp.PartitionResult, "write share group state")
-_DELETE = _Api(delete_rsp.DeleteShareGroupStateResponse, delete_rsp.DeleteStateResult,
+DELETE = _Api(delete_rsp.DeleteShareGroupStateResponse, delete_rsp.DeleteStateResult,
                delete_rsp.PartitionResult, "delete share group state")
-_SUMMARY = _Api(summary_rsp.ReadShareGroupStateSummaryResponse, summary_rsp.ReadStateSummaryResult,
+SUMMARY = _Api(summary_rsp.ReadShareGroupStateSummaryResponse, summary_rsp.ReadStateSummaryResult,
                 summary_rsp.PartitionResult, "read share group state summary")
 
 
-def _error_response(api: _Api, request, code: ErrorCode, message: str | None):
-    """Every partition of ``request`` failed with ``code``."""
+def error_response(api: _Api, request, code: ErrorCode, message: str | None):
+    """Every partition of ``request`` failed with ``code`` (also the state RPC handlers' answer
+    to their own unexpected failure, Kafka's getErrorResponse)."""
     return api.response(results=[
         api.result(topic_id=t.topic_id, partitions=[
             api.partition(partition=p.partition, error_code=int(code), error_message=message)
@@ -178,19 +179,19 @@ class ShareCoordinatorService:
     # --- the five state RPCs ------------------------------------------------------------------
 
     async def initialize_state(self, request):
-        return await self._run(request, _INITIALIZE, lambda s, r: s.initialize_state(r))
+        return await self._run(request, INITIALIZE, lambda s, r: s.initialize_state(r))
 
     async def read_state(self, request):
-        return await self._run(request, _READ, lambda s, r: s.read_state(r))
+        return await self._run(request, READ, lambda s, r: s.read_state(r))
 
     async def write_state(self, request, version: int = 1):
-        return await self._run(request, _WRITE, lambda s, r: s.write_state(r, version))
+        return await self._run(request, WRITE, lambda s, r: s.write_state(r, version))
 
     async def delete_state(self, request):
-        return await self._run(request, _DELETE, lambda s, r: s.delete_state(r))
+        return await self._run(request, DELETE, lambda s, r: s.delete_state(r))
 
     async def read_state_summary(self, request, version: int = 1):
-        return await self._run(request, _SUMMARY, lambda s, r: ([], s.read_state_summary(r, version)))
+        return await self._run(request, SUMMARY, lambda s, r: ([], s.read_state_summary(r, version)))
 
     # --- records written by the coordinator itself --------------------------------------------
 
@@ -232,20 +233,20 @@ class ShareCoordinatorService:
         if not request.topics or any(not t.partitions for t in request.topics) or not request.group_id:
             return api.response()
         if not self.active:
-            return _error_response(api, request, ErrorCode.COORDINATOR_NOT_AVAILABLE, NOT_ACTIVE_MESSAGE)
+            return error_response(api, request, ErrorCode.COORDINATOR_NOT_AVAILABLE, NOT_ACTIVE_MESSAGE)
         responses: list = []
         pending: list[tuple[int, int, object, list[int]]] = []  # (index, state partition, sub, offsets)
         for sp, sub in self._split(request).items():
             code = self._unavailable.get(sp)
             if code is not None:
-                responses.append(_error_response(api, sub, code, f"Unable to {api.operation}: {_REASONS[code]}"))
+                responses.append(error_response(api, sub, code, f"Unable to {api.operation}: {_REASONS[code]}"))
                 continue
             shard = self.shard(sp)
             try:
                 records, response = op(shard, sub)
             except Exception as e:  # a bug or an unreadable record: Kafka's UNKNOWN_SERVER_ERROR
                 log.exception("%s on %s failed", api.operation, sub)
-                responses.append(_error_response(api, sub, ErrorCode.UNKNOWN_SERVER_ERROR,
+                responses.append(error_response(api, sub, ErrorCode.UNKNOWN_SERVER_ERROR,
                                                  f"Unable to {api.operation}: {e}"))
                 continue
             if records:
@@ -277,7 +278,7 @@ class ShareCoordinatorService:
         # A storage error is the log's to report (once, not per write; see broker.log.partition).
         level = logging.DEBUG if code == ErrorCode.KAFKA_STORAGE_ERROR else logging.WARNING
         log.log(level, "%s failed to write to the log: %s", api.operation, e)
-        return _error_response(api, sub, mapped, f"Unable to {api.operation}: {e}")
+        return error_response(api, sub, mapped, f"Unable to {api.operation}: {e}")
 
 
 async def _completed(error: Exception | None = None) -> None:

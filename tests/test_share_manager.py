@@ -7,6 +7,8 @@ import asyncio
 import time
 from contextlib import asynccontextmanager
 
+import uvloop
+
 from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.context import RequestContext
@@ -223,6 +225,29 @@ async def test_an_acknowledgement_wakes_a_parked_fetch_only_when_it_leaves_recor
         await manager.acknowledge("g", "m1", {(topic_id, 0): [(1, 1, [2])]})  # release: m2 takes it
         result = await asyncio.wait_for(parked, 5)
         assert looks == ["m2", "m2"] and result[(topic_id, 0)].acquired == [(1, 1, 2)]
+
+
+def test_an_acknowledgement_while_an_overdue_lock_timer_is_pending_is_answered(tmp_path):
+    """The broker runs on uvloop, whose ``call_at`` returns a handle without ``when()`` for a
+    deadline already due. Re-arming before such a timer fired (an acknowledgement in the same
+    loop turn as a late acquisition) raised AttributeError after the acceptance was applied,
+    and the consumer got UNKNOWN_SERVER_ERROR for records it had in fact accepted."""
+
+    async def scenario():
+        async with running_broker(tmp_path) as b:
+            manager = b.share_manager
+            loop = asyncio.get_running_loop()
+            manager._now = lambda: loop.time() * 1000 - 120_000  # every lock deadline is overdue
+            topic_id = b.topics.create("t", 1).topic_id
+            await share_partition(b, "g", topic_id, 0, "t")
+            await produce(b, "t", [b"a", b"b"])
+            held = await manager.fetch("g", "m", [(topic_id, 0, "t")], params(0))
+            assert held[(topic_id, 0)].acquired == [(0, 1, 1)]
+            result = await manager.acknowledge("g", "m", {(topic_id, 0): [(0, 0, [1])]})
+            assert result[(topic_id, 0)][0] == ErrorCode.NONE
+            assert manager.cached("g", topic_id, 0).acquired_count == 1
+
+    uvloop.run(scenario())
 
 
 async def test_an_acceptance_that_makes_room_under_the_in_flight_limit_wakes_a_parked_fetch(tmp_path):

@@ -90,13 +90,14 @@ class PartitionFetch:
 class _Leader:
     """A SharePartition with its timer handle and metrics; ``loaded`` completes once state is loaded."""
 
-    __slots__ = ("key", "sp", "topic", "timer", "loaded", "stats", "bytes_per_record", "record_starts", "dropped")
+    __slots__ = ("key", "sp", "topic", "timer", "timer_at", "loaded", "stats", "bytes_per_record", "record_starts", "dropped")
 
     def __init__(self, key: Key, topic: str) -> None:
         self.key = key
         self.topic = topic
         self.sp: SharePartition | None = None
         self.timer: asyncio.TimerHandle | None = None
+        self.timer_at = 0  # the armed deadline (ms): uvloop's handle for a due deadline has no when()
         self.loaded: asyncio.Future = asyncio.get_running_loop().create_future()
         self.stats = SharePartitionStats()
         self.bytes_per_record = 0.0  # of the last read: sizes the next one
@@ -514,12 +515,13 @@ class SharePartitionManager:
         """(Re)arm the lock timer for the partition's earliest deadline."""
         deadline = leader.sp.next_deadline() if leader.sp is not None else None
         if leader.timer is not None:
-            if deadline is not None and leader.timer.when() * 1000 <= deadline:
+            if deadline is not None and leader.timer_at <= deadline:
                 return  # already armed early enough; it re-arms itself when it fires
             leader.timer.cancel()
             leader.timer = None
         if deadline is not None:
             leader.timer = asyncio.get_running_loop().call_at(deadline / 1000, self._expire, leader)
+            leader.timer_at = deadline
 
     def _expire(self, leader: _Leader) -> None:
         leader.timer = None

@@ -90,7 +90,9 @@ class PartitionFetch:
 class _Leader:
     """A SharePartition with its timer handle and metrics; ``loaded`` completes once state is loaded."""
 
-    __slots__ = ("key", "sp", "topic", "timer", "timer_at", "loaded", "stats", "bytes_per_record", "record_starts", "dropped")
+    __slots__ = (
+        "key", "sp", "topic", "timer", "timer_at", "loaded", "stats", "bytes_per_record", "record_starts", "dropped",
+    )
 
     def __init__(self, key: Key, topic: str) -> None:
         self.key = key

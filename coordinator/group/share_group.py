@@ -68,7 +68,6 @@ from .share_state import StateRequest
 from .topics import EMPTY_TOPICS, TopicInfo, TopicLookup, metadata_hash
 
 ASSIGNOR_NAME = "simple"
-MAX_MEMBER_ID_LENGTH = 36  # kshare's limit; ShareFetch/ShareAcknowledge enforce the same
 
 
 class ReplayError(RuntimeError):
@@ -196,12 +195,10 @@ def validate_request(group_id: str, member_id: str, member_epoch: int, rack_id: 
                      subscribed_topic_names: Iterable[str] | None) -> str | None:
     """The INVALID_REQUEST message for a malformed ShareGroupHeartbeat, or None if it is fine.
 
-    Kafka's checks in Kafka's order; the 36-character member-id limit is kshare's.
+    Kafka's checks in Kafka's order (no length limit on the member id: ShareFetch has one).
     """
     if member_id is None or _is_blank(member_id):
         return "MemberId can't be empty."
-    if len(member_id) > MAX_MEMBER_ID_LENGTH:
-        return f"MemberId can't be longer than {MAX_MEMBER_ID_LENGTH} characters."
     if group_id is None or _is_blank(group_id):
         return "GroupId can't be empty."
     if rack_id is not None and _is_blank(rack_id):
@@ -416,7 +413,7 @@ class ShareGroupCoordinator:
         )
 
     def _leave(self, group_id: str, member_id: str) -> HeartbeatResult:
-        group = self._share_group_or_raise(group_id, create=False)
+        group = self.share_group(group_id)  # Kafka's leave looks the group up as admin requests do
         if member_id not in group.members:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group_id}.")
         records = self._remove_member(group, member_id)

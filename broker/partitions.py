@@ -40,6 +40,7 @@ from protocol.errors import ErrorCode
 from protocol.records import (
     CorruptRecordError,
     InvalidRecordError,
+    check_record_framing,
     iter_records,
     parse_header,
     recompress_batch,
@@ -207,6 +208,13 @@ class Partitions:
                 ) from None
             except CorruptRecordError as e:
                 raise AppendError(ErrorCode(e.error_code), log_message=str(e)) from None
+        else:
+            try:
+                check_record_framing(data, h)
+            except CorruptRecordError as e:
+                raise AppendError(
+                    ErrorCode(e.error_code), log_message=str(e), log_start_offset=lg.start_offset
+                ) from None
         if not cfg.log_append_time:
             self._check_timestamps(configs, lg, data, h, now_ms)
         if cfg.target_codec >= 0 and cfg.target_codec != h.compression:

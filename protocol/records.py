@@ -1,9 +1,10 @@
 """Kafka record batches (magic v2): header parsing, validation, offset patching, building.
 
-The broker treats produced batches as opaque bytes: it reads the 61-byte header, checks the CRC
-and rewrites the base offset in place. Only internal topics, the deep check
-(:func:`validate_records`), a topic whose compression.type differs from the producer's codec
-(:func:`recompress_batch`) and tests decode individual records.
+The broker treats produced batches as opaque bytes: it reads the 61-byte header, checks the CRC,
+checks that the records' lengths fill the batch (:func:`check_record_framing`) and rewrites the
+base offset in place. Only internal topics, the deep check (:func:`validate_records`), a topic
+whose compression.type differs from the producer's codec (:func:`recompress_batch`) and tests
+decode individual records.
 
 Layout of a batch header (big-endian)::
 
@@ -36,6 +37,9 @@ first, then ``UnifiedLog.analyzeAndValidateRecords``, then ``LogValidator``:
   batch from a client, or a producer id without a base sequence: INVALID_RECORD.
 * records that do not parse, or whose number differs from recordsCount: INVALID_RECORD
   ("Found invalid record structure", "Incorrect declared batch size, records still remaining").
+  kshare reads every record only for compacted topics, bounded timestamps and recompression;
+  otherwise it checks the records' length prefixes, so a record whose length is right but whose
+  inside does not parse is stored.
 * a record without a key on a compacted topic: INVALID_RECORD with per-record ``record_errors``.
 * UNSUPPORTED_FOR_MESSAGE_FORMAT (43) never applies to v2 batches: Kafka only raises it when
   converting idempotent or transactional batches down to magic 0/1, which 4.x no longer does.
@@ -54,6 +58,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from . import compression as codecs
+from .record_lengths import record_starts_in
 from .varint import VarintError, read_varint, read_varlong, write_varint, write_varlong
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -385,6 +390,20 @@ def validate_records(
         if errors:
             raise InvalidRecordError(_record_errors_summary(errors), errors)
     return h
+
+
+def check_record_framing(buf, h: BatchHeader, max_decompressed: int = codecs.DEFAULT_MAX_OUTPUT) -> None:
+    """The produce path's record-structure check, from the records' length prefixes alone: the
+    ``records_count`` records must fill the batch exactly (INVALID_RECORD, as Kafka's LogValidator
+    answers records that do not parse). A compressed batch is decompressed for it. What is inside
+    each record is not read: :func:`validate_records` does that, at a Python step per record."""
+    body = memoryview(buf)[HEADER_SIZE:h.size]
+    codec = h.attributes & COMPRESSION_MASK
+    data = codecs.decompress(codec, body, max_decompressed) if codec else bytes(body)
+    if record_starts_in(data, 0, h.records_count) is None:
+        raise InvalidRecordError(
+            f"Found invalid record structure: the lengths of {h.records_count} records do not fill the batch"
+        )
 
 
 def _record_errors_summary(errors: list[tuple[int, str]]) -> str:

@@ -20,7 +20,8 @@ from broker.handlers import produce as produce_handler
 from broker.log import FileLogStore, segment
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_request import MetadataRequest
-from protocol.records import CRC_OFFSET, build_batch
+from protocol.compression import compress
+from protocol.records import CRC_OFFSET, HEADER_SIZE, build_batch, set_crc
 from protocol.uuids import random_uuid
 from tests.raw_client import RawClient
 from tests.test_produce_support import (
@@ -188,6 +189,32 @@ async def test_record_checks_map_to_corrupt_message_and_invalid_record(local):
     assert p.error_code == ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
     assert (await produce_one(local, "t", zstd, version=7)).error_code == 0
     assert local.store.get("t", 0).end_offset == 1
+
+
+def forged(records_body: bytes, count: int, compression: int = 0) -> bytes:
+    """A batch of ``count`` records whose CRC is right for ``records_body``, whatever it holds."""
+    out = bytearray(batch([b"x"] * count, compression=compression)[:HEADER_SIZE] + records_body)
+    out[8:12] = (len(out) - 12).to_bytes(4, "big")
+    set_crc(out, 0)
+    return bytes(out)
+
+
+async def test_records_that_do_not_fill_their_batch_are_invalid_record(local):
+    """Kafka's LogValidator reads every record; a batch whose CRC is right but whose records do
+    not parse is refused, not stored for consumers to choke on."""
+    local.topics.create("t", 1)
+    three = batch([b"a", b"bb", b"c"])[HEADER_SIZE:]
+    two = batch([b"a", b"bb"])[HEADER_SIZE:]
+    for body, count in [(b"\xff" * 40, 3), (bytes(40), 3), (two, 3), (three, 2), (three + b"\0", 3)]:
+        p = await produce_one(local, "t", forged(body, count))
+        assert p.error_code == ErrorCode.INVALID_RECORD, (body, count)
+    lz4 = 3
+    assert (await produce_one(local, "t", forged(compress(lz4, two), 3, lz4))).error_code == ErrorCode.INVALID_RECORD
+    assert (await produce_one(local, "t", forged(b"\xff" * 40, 3, lz4))).error_code == ErrorCode.CORRUPT_MESSAGE
+    assert local.store.get("t", 0).end_offset == 0
+    assert (await produce_one(local, "t", forged(three, 3))).error_code == 0
+    assert (await produce_one(local, "t", forged(compress(lz4, three), 3, lz4))).error_code == 0
+    assert local.store.get("t", 0).end_offset == 6
 
 
 async def test_timestamps_out_of_bounds_are_invalid_timestamp_with_record_errors(local):

@@ -270,6 +270,16 @@ _DEFS: list[ConfigDef] = [
        internal=True),
     _d("share.coordinator.load.buffer.size", INT, 5 * 1024 * 1024,
        "Bytes read at a time while loading __share_group_state.", at_least=1),
+    _d("share.coordinator.cold.partition.snapshot.interval.ms", INT, 300000,
+       "How often share-partitions whose last snapshot is that old get a fresh one, so that idle "
+       "ones do not keep __share_group_state from being pruned.", at_least=1, internal=True),
+    _d("share.coordinator.threads", INT, 1, "Accepted for compatibility; kshare runs one event loop.", at_least=1),
+    _d("share.coordinator.write.timeout.ms", INT, 5000,
+       "Accepted for compatibility: with one replica a write completes when it is appended.", at_least=1),
+    _d("share.coordinator.append.linger.ms", INT, -1,
+       "Accepted for compatibility: each request's records are appended at once.", at_least=-1),
+    _d("share.coordinator.cached.buffer.max.bytes", INT, 1048588, "Accepted for compatibility.",
+       at_least=512 * 1024, dynamic=True),
     # kshare's own: checkpoints of the loaded share state, so that a start after a crash
     # reads only the records after the latest one (coordinator.share.checkpoint).
     _d("kshare.share.coordinator.state.checkpoint.interval.ms", INT, 5000,

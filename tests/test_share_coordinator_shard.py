@@ -479,6 +479,48 @@ def test_last_redundant_offset_tracks_the_latest_snapshot_of_each_key():
     assert rt.shard.last_redundant_offset() == 10  # nothing left: everything is redundant
 
 
+def test_cold_snapshots_let_an_idle_key_be_pruned():
+    """Kafka's snapshotColdPartitions: a key whose last snapshot is old enough is snapshotted
+    again as it is (snapshot epoch + 1, written now, created when it was)."""
+    clock = FakeClock(1_000)
+    rt = runtime(3, clock_ms=clock)
+    rt.initialize(partition=0, start_offset=0)    # 0: idle from here on
+    clock.now += 200_000
+    rt.initialize(partition=1, start_offset=0)    # 1
+    for _ in range(5):
+        rt.write(0, [], partition=1)              # 2-4 updates, 5 snapshot, 6 update
+    assert rt.shard.last_redundant_offset() is None   # p0's snapshot at offset 0 holds it back
+    clock.now += 99_999
+    assert rt.shard.cold_snapshot_records(300_000) == []
+    clock.now += 1
+    records = rt.shard.cold_snapshot_records(300_000)
+    assert [r.key.partition for r in records] == [0]   # p1's snapshot at offset 5 is recent
+    before = rt.shard.state(SharePartitionKey(G, T1, 0))
+    rt.append(records)                            # 7
+    after = rt.shard.state(SharePartitionKey(G, T1, 0))
+    assert (after.snapshot_epoch, after.create_timestamp, after.write_timestamp) == (
+        before.snapshot_epoch + 1, before.create_timestamp, clock.now)
+    assert after.start_offset == before.start_offset and after.state_batches == before.state_batches
+    assert rt.shard.last_redundant_offset() == 5
+
+
+def test_cold_snapshots_skip_a_quiet_partition():
+    """Nothing while every key's last snapshot is already a cold one: nothing has changed."""
+    clock = FakeClock(1_000)
+    rt = runtime(clock_ms=clock)
+    assert rt.shard.cold_snapshot_records(1) == []      # no keys
+    rt.initialize(partition=0, start_offset=0)
+    rt.initialize(partition=1, start_offset=0)
+    clock.now += 10
+    rt.append(rt.shard.cold_snapshot_records(10))
+    assert len(rt.log) == 4
+    clock.now += 10
+    assert rt.shard.cold_snapshot_records(10) == []
+    rt.initialize(partition=1, start_offset=5)            # a fresh snapshot: not a cold one
+    clock.now += 10
+    assert [r.key.partition for r in rt.shard.cold_snapshot_records(10)] == [0, 1]
+
+
 ops = st.one_of(
     st.tuples(st.just("init"), st.integers(0, 2), st.integers(0, 3), st.sampled_from([-1, 0, 50])),
     st.tuples(st.just("write"), st.integers(0, 2), st.sampled_from([-1, 10, 30, 60]),

@@ -183,6 +183,34 @@ def test_pruning_deletes_superseded_segments_and_the_state_survives_it(broker_fa
         assert_state(c, "g", t, 0, 1490, written)
 
 
+def test_an_idle_key_gets_cold_snapshots_and_does_not_hold_back_pruning(broker_factory):
+    b = broker_factory({
+        "share.coordinator.state.topic.segment.bytes": "2048",
+        "share.coordinator.state.topic.prune.interval.ms": "100",
+        "share.coordinator.snapshot.update.records.per.snapshot": "10",
+        "share.coordinator.cold.partition.snapshot.interval.ms": "300",
+    })
+    with RawClient(b.bootstrap) as c:
+        t = create_topic(c, "t")
+        sp = state_partition("g", t, 0)
+        idle = next(h for h in (f"idle{i}" for i in range(1000)) if state_partition(h, t, 0) == sp)
+        assert only(initialize(c, idle, t, 0, state_epoch=1, start_offset=7)).error_code == 0
+        written = write_history(c, "g", t, 0, 150)
+        # The idle key's only snapshot is the partition's first record: without a fresh one
+        # the log could never be pruned past it.
+        deadline = time.monotonic() + 20
+        while log_start(c, sp) == 0:
+            assert time.monotonic() < deadline, (len(state_records(c, sp)), segment_files(b.data_dir, sp))
+            time.sleep(0.05)
+        assert_state(c, "g", t, 0, 1490, written)
+        assert_state(c, idle, t, 0, 7, [])
+    b.kill()
+    b.start()
+    with RawClient(b.bootstrap) as c:
+        assert_state(c, "g", t, 0, 1490, written)
+        assert_state(c, idle, t, 0, 7, [])
+
+
 # --- the whole share flow --------------------------------------------------------------------------
 
 

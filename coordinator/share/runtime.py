@@ -15,6 +15,9 @@
   the broker serves requests; ``start`` waits for it at most ``STARTUP_LOAD_WAIT_S`` so that
   a small state is fully served as soon as the broker listens. A partition whose records do
   not parse is not coordinated: its keys answer NOT_COORDINATOR.
+- **Cold snapshots.** Every ``share.coordinator.cold.partition.snapshot.interval.ms`` each key
+  whose last snapshot is that old gets a fresh one (Kafka's ``snapshotColdPartitions``), so
+  that an idle share-partition does not hold back pruning.
 - **Pruning.** Every ``share.coordinator.state.topic.prune.interval.ms`` each partition's log
   start offset is moved up to the shard's ``last_redundant_offset`` (the oldest record some key
   still needs), once the records before it are committed (fsynced if they asked for it), which
@@ -88,6 +91,7 @@ class ShareCoordinatorRuntime:
             active=False,
         )
         self.prune_interval_s = cfg["share.coordinator.state.topic.prune.interval.ms"] / 1000
+        self.cold_snapshot_interval_ms = cfg["share.coordinator.cold.partition.snapshot.interval.ms"]
         self.load_buffer_size = cfg["share.coordinator.load.buffer.size"]
         self.checkpoint_interval_s = cfg["kshare.share.coordinator.state.checkpoint.interval.ms"] / 1000
         self.checkpointer = Checkpointer(
@@ -102,6 +106,7 @@ class ShareCoordinatorRuntime:
             self.persister = InProcessPersister(self.service)
         self._load_task: asyncio.Task | None = None
         self._prune_task: asyncio.Task | None = None
+        self._cold_task: asyncio.Task | None = None
         self._replay_task: asyncio.Task | None = None
         self._checkpoint_task: asyncio.Task | None = None
         self._cleanups: set[asyncio.Task] = set()
@@ -123,6 +128,7 @@ class ShareCoordinatorRuntime:
         loop = asyncio.get_running_loop()
         self._load_task = loop.create_task(self._load_all(topic.partitions))
         self._prune_task = loop.create_task(self._prune_loop())
+        self._cold_task = loop.create_task(self._cold_snapshot_loop())
         if self.checkpoint_interval_s > 0:
             self._checkpoint_task = loop.create_task(self._checkpoint_loop())
         done, _ = await asyncio.wait({self._load_task}, timeout=STARTUP_LOAD_WAIT_S)
@@ -133,14 +139,14 @@ class ShareCoordinatorRuntime:
     async def stop(self) -> None:
         if self._cleanups:
             await asyncio.gather(*self._cleanups, return_exceptions=True)
-        for task in (self._load_task, self._prune_task, self._replay_task, self._checkpoint_task):
+        for task in (self._load_task, self._prune_task, self._cold_task, self._replay_task, self._checkpoint_task):
             if task is not None:
                 task.cancel()
                 try:
                     await task
                 except asyncio.CancelledError:
                     pass
-        self._load_task = self._prune_task = self._replay_task = self._checkpoint_task = None
+        self._load_task = self._prune_task = self._cold_task = self._replay_task = self._checkpoint_task = None
         await self.checkpointer.idle()
         if self.service.active:
             await self.snapshot_and_prune()
@@ -257,6 +263,19 @@ class ShareCoordinatorRuntime:
                 await self.prune()
             except Exception:
                 log.exception("pruning %s failed", SHARE_GROUP_STATE_TOPIC)
+
+    async def _cold_snapshot_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.cold_snapshot_interval_ms / 1000)
+            try:
+                await self.snapshot_cold()
+            except Exception:
+                log.exception("snapshotting idle %s keys failed", SHARE_GROUP_STATE_TOPIC)
+
+    async def snapshot_cold(self) -> None:
+        """Kafka's cold-partition snapshots, in every partition served now."""
+        await self._write_served(lambda shard: shard.cold_snapshot_records(self.cold_snapshot_interval_ms),
+                                 f"could not snapshot idle {SHARE_GROUP_STATE_TOPIC} keys: %s")
 
     async def prune(self) -> dict[int, int]:
         """Move each served partition's log start up to its last redundant offset; returns the

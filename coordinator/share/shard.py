@@ -234,6 +234,11 @@ def _snapshot_record(key: SharePartitionKey, state: SharePartitionState) -> Coor
             state_batches=[SnapshotBatch(*b) for b in state.state_batches]))
 
 
+def _resnapshot(key: SharePartitionKey, state: SharePartitionState, now: int) -> CoordinatorRecord:
+    """The same state as a new snapshot: snapshot epoch + 1, written now, created when it was."""
+    return _snapshot_record(key, replace(state, snapshot_epoch=state.snapshot_epoch + 1, write_timestamp=now))
+
+
 class _Overlay:
     """The shard's entries as they will be once this request's records are replayed.
 
@@ -664,9 +669,21 @@ class ShareCoordinatorShard:
             e = self._entries.get(key)
             if e is None or e.updates_since_snapshot == 0:
                 continue
-            st = e.state
-            out.append(_snapshot_record(key, replace(st, snapshot_epoch=st.snapshot_epoch + 1, write_timestamp=now)))
+            out.append(_resnapshot(key, e.state, now))
         return out
+
+    def cold_snapshot_records(self, interval_ms: int) -> list[CoordinatorRecord]:
+        """Kafka's ``snapshotColdPartitions``: a fresh snapshot of every key whose last one was
+        written ``interval_ms`` ago or more, so that an idle key does not keep the records
+        written after its snapshot from being pruned. None while every key's last snapshot
+        is already such a one (create and write timestamps differ): the partition is quiet.
+        Keys not replayed yet (a background task replays them after a load) wait a round."""
+        states = [e.state for e in self._entries.values()]
+        if all(st.create_timestamp != st.write_timestamp for st in states):
+            return []
+        now = self._clock_ms()
+        return [_resnapshot(key, e.state, now) for key, e in self._entries.items()
+                if now - e.state.write_timestamp >= interval_ms]
 
     @staticmethod
     def tombstone(key: SharePartitionKey) -> CoordinatorRecord:

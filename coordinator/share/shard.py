@@ -678,8 +678,7 @@ class ShareCoordinatorShard:
         written after its snapshot from being pruned. None while every key's last snapshot
         is already such a one (create and write timestamps differ): the partition is quiet.
         Keys not replayed yet (a background task replays them after a load) wait a round."""
-        states = [e.state for e in self._entries.values()]
-        if all(st.create_timestamp != st.write_timestamp for st in states):
+        if all(e.state.create_timestamp != e.state.write_timestamp for e in self._entries.values()):
             return []
         now = self._clock_ms()
         return [_resnapshot(key, e.state, now) for key, e in self._entries.items()

@@ -35,6 +35,10 @@
   the next start reads everything after the last prune.
 - **Deleted topics.** When a topic is deleted, every key of its id gets a tombstone (Kafka's
   ``onPartitionsDeleted`` -> ``maybeCleanupShareState``), so its state does not outlive it.
+  A partition that was loading then, or a crash between DeleteTopics' answer and those
+  tombstones, leaves keys of a topic that no longer exists: a load tombstones them once the
+  partition is served (the topic registry is kshare's record of which topics exist, where
+  Kafka's broker replays the deletion from its metadata log).
 - **Persister.** ``kshare.share.persister`` = ``in-process`` (default) or ``network``
   (``persister.network``: FindCoordinator and the state RPCs over loopback).
 """
@@ -63,6 +67,7 @@ log = logging.getLogger("kshare.share_coordinator")
 
 STARTUP_LOAD_WAIT_S = 1.0
 SNAPSHOTS_PER_BATCH = 100  # keeps a shutdown batch well below max.message.bytes
+_FORGET_FAILED = "could not delete the share state of a deleted topic: %s"
 
 
 def state_topic_configs(cfg) -> dict[str, str]:
@@ -165,27 +170,40 @@ class ShareCoordinatorRuntime:
                 self._topic_ids[name] = topic.topic_id
             elif (topic_id := self._topic_ids.pop(name, None)) is not None:
                 gone.append(topic_id)
-        if not gone or not self.service.active:
-            return
-        task = asyncio.get_running_loop().create_task(self.forget_topics(gone))
+        if gone and self.service.active:
+            self._clean_up(self.forget_topics(gone))
+
+    def _clean_up(self, coro) -> None:
+        """Run a cleanup write in the background; ``stop`` waits for it."""
+        task = asyncio.get_running_loop().create_task(coro)
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
 
     async def forget_topics(self, topic_ids) -> None:
         """Tombstone every key of deleted topics in the partitions served now."""
-        await self._write_served(lambda shard: shard.tombstones_for_topics(topic_ids),
-                                 "could not delete the share state of a deleted topic: %s")
+        await self._write_served(lambda shard: shard.tombstones_for_topics(topic_ids), _FORGET_FAILED)
+
+    def _forget_gone_topics(self, p: int) -> None:
+        """Tombstone the keys of a just-loaded partition whose topic does not exist."""
+        shard = self.service.shard(p)
+        live = set(self._topic_ids.values())
+        gone = {k.topic_id for k in shard.keys()} - live
+        if gone:
+            log.info("%s-%d holds state of %d deleted topic(s); deleting it", SHARE_GROUP_STATE_TOPIC, p, len(gone))
+            self._clean_up(self._write({p: shard.tombstones_for_topics(gone)}, _FORGET_FAILED))
 
     async def _write_served(self, records_of, failed: str) -> None:
-        """Write ``records_of(shard)`` to every partition served now, in batches of at most
-        SNAPSHOTS_PER_BATCH (each applied when computed: ``write_records``); a batch that
-        fails is logged with ``failed`` (a %s for the error)."""
-        writes = []
-        for p, shard in list(self.service.shards.items()):
-            if self.service.serving(p):
-                records = records_of(shard)
-                for i in range(0, len(records), SNAPSHOTS_PER_BATCH):
-                    writes.append(self.service.write_records(p, records[i:i + SNAPSHOTS_PER_BATCH]))
+        """Write ``records_of(shard)`` to every partition served now (``_write``)."""
+        await self._write({p: records_of(shard) for p, shard in list(self.service.shards.items())
+                           if self.service.serving(p)}, failed)
+
+    async def _write(self, records_by_partition: dict[int, list], failed: str) -> None:
+        """Write each partition's records in batches of at most SNAPSHOTS_PER_BATCH (each applied
+        when computed: ``write_records``); a batch that fails is logged with ``failed`` (a %s
+        for the error)."""
+        writes = [self.service.write_records(p, records[i:i + SNAPSHOTS_PER_BATCH])
+                  for p, records in records_by_partition.items()
+                  for i in range(0, len(records), SNAPSHOTS_PER_BATCH)]
         for r in await asyncio.gather(*writes, return_exceptions=True):
             if isinstance(r, BaseException):
                 log.warning(failed, r)
@@ -215,6 +233,7 @@ class ShareCoordinatorRuntime:
             self.service.shard(p).load(loaded, last_offset)
             self.checkpointer.loaded(p, lg, loader.seed_offset)
             self.service.set_loaded(p)
+            self._forget_gone_topics(p)
             keys += len(loaded)
             records += loader.records
             seeded += loader.seed_offset is not None

@@ -49,6 +49,11 @@ from tests.test_share_state_support import (
 pytestmark = pytest.mark.needs_private_broker
 
 SYNC_EVERY_WRITE = {"log.flush.interval.messages": "1"}
+PRUNING = {  # small segments, pruned often, a snapshot every 10 updates
+    "share.coordinator.state.topic.segment.bytes": "2048",
+    "share.coordinator.state.topic.prune.interval.ms": "100",
+    "share.coordinator.snapshot.update.records.per.snapshot": "10",
+}
 
 
 def segment_files(data_dir: Path, sp: int) -> list[Path]:
@@ -160,11 +165,7 @@ def test_a_damaged_tail_of_a_state_partition_is_cut_off_at_start_up(broker_facto
 
 
 def test_pruning_deletes_superseded_segments_and_the_state_survives_it(broker_factory):
-    b = broker_factory({
-        "share.coordinator.state.topic.segment.bytes": "2048",
-        "share.coordinator.state.topic.prune.interval.ms": "100",
-        "share.coordinator.snapshot.update.records.per.snapshot": "10",
-    })
+    b = broker_factory(PRUNING)
     with RawClient(b.bootstrap) as c:
         t = create_topic(c, "t")
         sp = state_partition("g", t, 0)
@@ -186,12 +187,7 @@ def test_pruning_deletes_superseded_segments_and_the_state_survives_it(broker_fa
 
 
 def test_an_idle_key_gets_cold_snapshots_and_does_not_hold_back_pruning(broker_factory):
-    b = broker_factory({
-        "share.coordinator.state.topic.segment.bytes": "2048",
-        "share.coordinator.state.topic.prune.interval.ms": "100",
-        "share.coordinator.snapshot.update.records.per.snapshot": "10",
-        "share.coordinator.cold.partition.snapshot.interval.ms": "300",
-    })
+    b = broker_factory({**PRUNING, "share.coordinator.cold.partition.snapshot.interval.ms": "300"})
     with RawClient(b.bootstrap) as c:
         t = create_topic(c, "t")
         sp = state_partition("g", t, 0)

@@ -67,7 +67,6 @@ log = logging.getLogger("kshare.share_coordinator")
 
 STARTUP_LOAD_WAIT_S = 1.0
 SNAPSHOTS_PER_BATCH = 100  # keeps a shutdown batch well below max.message.bytes
-_FORGET_FAILED = "could not delete the share state of a deleted topic: %s"
 
 
 def state_topic_configs(cfg) -> dict[str, str]:
@@ -181,29 +180,27 @@ class ShareCoordinatorRuntime:
 
     async def forget_topics(self, topic_ids) -> None:
         """Tombstone every key of deleted topics in the partitions served now."""
-        await self._write_served(lambda shard: shard.tombstones_for_topics(topic_ids), _FORGET_FAILED)
+        await self._write_served(lambda shard: shard.tombstones_for_topics(topic_ids),
+                                 "could not delete the share state of a deleted topic: %s")
 
     def _forget_gone_topics(self, p: int) -> None:
-        """Tombstone the keys of a just-loaded partition whose topic does not exist."""
-        shard = self.service.shard(p)
-        live = set(self._topic_ids.values())
-        gone = {k.topic_id for k in shard.keys()} - live
+        """Tombstone the keys of topics that no longer exist, found in a just-loaded partition."""
+        topic_ids = {k.topic_id for k in self.service.shard(p).keys()}
+        gone = {t for t in topic_ids if self.broker.topics.by_id(t) is None}
         if gone:
             log.info("%s-%d holds state of %d deleted topic(s); deleting it", SHARE_GROUP_STATE_TOPIC, p, len(gone))
-            self._clean_up(self._write({p: shard.tombstones_for_topics(gone)}, _FORGET_FAILED))
+            self._clean_up(self.forget_topics(gone))
 
     async def _write_served(self, records_of, failed: str) -> None:
-        """Write ``records_of(shard)`` to every partition served now (``_write``)."""
-        await self._write({p: records_of(shard) for p, shard in list(self.service.shards.items())
-                           if self.service.serving(p)}, failed)
-
-    async def _write(self, records_by_partition: dict[int, list], failed: str) -> None:
-        """Write each partition's records in batches of at most SNAPSHOTS_PER_BATCH (each applied
-        when computed: ``write_records``); a batch that fails is logged with ``failed`` (a %s
-        for the error)."""
-        writes = [self.service.write_records(p, records[i:i + SNAPSHOTS_PER_BATCH])
-                  for p, records in records_by_partition.items()
-                  for i in range(0, len(records), SNAPSHOTS_PER_BATCH)]
+        """Write ``records_of(shard)`` to every partition served now, in batches of at most
+        SNAPSHOTS_PER_BATCH (each applied when computed: ``write_records``); a batch that
+        fails is logged with ``failed`` (a %s for the error)."""
+        writes = []
+        for p, shard in list(self.service.shards.items()):
+            if self.service.serving(p):
+                records = records_of(shard)
+                for i in range(0, len(records), SNAPSHOTS_PER_BATCH):
+                    writes.append(self.service.write_records(p, records[i:i + SNAPSHOTS_PER_BATCH]))
         for r in await asyncio.gather(*writes, return_exceptions=True):
             if isinstance(r, BaseException):
                 log.warning(failed, r)

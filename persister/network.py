@@ -15,6 +15,14 @@ with a remote coordinator behind it) and, like Kafka's ``PersisterStateManager``
   COORDINATOR_NOT_AVAILABLE, and so does a retriable error once ``should_retry()`` says
   no more (the broker is stopping).
 
+A retry can reach the coordinator after a later write of the same key. The coordinator takes
+a write's start offset as written, so a retried write carrying its own, older SPSO would move
+the start back over records the later one pruned, and a restart would deliver them again.
+Each write is therefore sent with the start offset and delivery-complete count of the key's
+latest write (same state epoch): the leader stamps writes as it issues them and the SPSO only
+grows, so the coordinator sees them in order. The state batches need nothing: the coordinator
+combines them by delivery priority, whatever their order.
+
 A broker of kshare talks to itself this way over loopback when ``kshare.share.persister``
 is ``network``; it proves the seam and the wire handlers, not a cluster.
 """
@@ -154,6 +162,9 @@ class RemoteShareCoordinator:
         self._coordinators: dict[str, Node] = {}  # coordinator key -> node
         self._connections: dict[Node, _Connection] = {}
         self._connecting: dict[Node, asyncio.Future] = {}
+        # coordinator key -> [writes in flight, state epoch, start offset, delivery-complete
+        # count] of its latest write, while any is in flight (module docstring)
+        self._stamps: dict[str, list] = {}
 
     # --- the service interface ------------------------------------------------------------------
 
@@ -164,7 +175,22 @@ class RemoteShareCoordinator:
         return await self._call(READ, 0, request)
 
     async def write_state(self, request, version: int = 1):
-        return await self._call(WRITE, version, request)
+        keys = []
+        for t in request.topics:
+            for p in t.partitions:
+                key = key_string(request.group_id, t.topic_id, p.partition)
+                stamp = self._stamps.get(key)
+                in_flight = stamp[0] if stamp is not None else 0
+                self._stamps[key] = [in_flight + 1, p.state_epoch, p.start_offset, p.delivery_complete_count]
+                keys.append(key)
+        try:
+            return await self._call(WRITE, version, request)
+        finally:
+            for key in keys:
+                stamp = self._stamps[key]
+                stamp[0] -= 1
+                if not stamp[0]:
+                    del self._stamps[key]
 
     async def delete_state(self, request):
         return await self._call(DELETE, 0, request)
@@ -265,15 +291,10 @@ class RemoteShareCoordinator:
 
     async def _send(self, api_key: int, version: int, request, node: Node, items) -> dict:
         """{(topic id, partition): (partition result, topic result shell)} for ``items``."""
-        topics: dict[UUID, object] = {}
-        for t, p in items:
-            sub = topics.get(t.topic_id)
-            if sub is None:
-                sub = topics[t.topic_id] = t.copy(partitions=[])
-            sub.partitions.append(p)
-        body = request.copy(topics=list(topics.values()))
         try:
             conn = await self._connection(node)
+            # built with no await before the request is written, so its stamps are the latest
+            body = self._body(api_key, request, items)
             resp = await conn.request(api_key, version, body, self.request_timeout_s)
         except ConnectionFailed as e:
             log.warning("share state RPC %d to %s:%d failed: %s", api_key, node[0], node[1], e)
@@ -284,6 +305,21 @@ class RemoteShareCoordinator:
             for pr in r.partitions:
                 out[(r.topic_id, pr.partition)] = (pr, shell)
         return out
+
+    def _body(self, api_key: int, request, items):
+        """``request`` cut down to ``items``; a write's partitions carry their key's latest stamp."""
+        topics: dict[UUID, object] = {}
+        for t, p in items:
+            sub = topics.get(t.topic_id)
+            if sub is None:
+                sub = topics[t.topic_id] = t.copy(partitions=[])
+            if api_key == WRITE:
+                stamp = self._stamps.get(key_string(request.group_id, t.topic_id, p.partition))
+                if stamp is not None and stamp[1] == p.state_epoch \
+                        and (stamp[2], stamp[3]) != (p.start_offset, p.delivery_complete_count):
+                    p = p.copy(start_offset=stamp[2], delivery_complete_count=stamp[3])
+            sub.partitions.append(p)
+        return request.copy(topics=list(topics.values()))
 
     async def _connection(self, node: Node) -> _Connection:
         conn = self._connections.get(node)

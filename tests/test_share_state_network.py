@@ -218,3 +218,37 @@ async def test_keys_of_one_request_go_to_their_own_coordinators_and_come_back_in
     finally:
         await p.close()
         await fake.close()
+
+
+async def test_a_retried_write_does_not_move_the_start_offset_back():
+    """Writes A (SPSO 5) then B (SPSO 10) of one key go out together; A's first attempt gets
+    NOT_COORDINATOR, B succeeds, A is retried after B. Sent with its own stamp, A would take
+    the coordinator's start offset back to 5 over records B pruned."""
+    writes = []
+
+    def answer(api, g, t, p):
+        if api == 85:
+            writes.append(api)
+            return ErrorCode.NOT_COORDINATOR if len(writes) == 2 else ErrorCode.NONE
+        return ErrorCode.NONE
+
+    fake = await FakeCoordinator(answer=answer).start()
+    p = persister_for(fake)
+
+    def write(start, dcc, epoch=1):
+        return p.write_state("g", T1, 0, state_epoch=epoch, leader_epoch=0, start_offset=start,
+                             delivery_complete_count=dcc, batches=[(start, start, 2, 1)])
+
+    try:
+        assert await write(0, 1) == (0, None)  # connects and finds the coordinator
+        assert await asyncio.gather(write(5, 3), write(10, 0)) == [(0, None), (0, None)]
+        sent = [(part.start_offset, part.delivery_complete_count)
+                for _, b in state_calls(fake, 85) for part in b.topics[0].partitions]
+        assert len(sent) == 4 and sent[-1] == (10, 0)
+        assert sent == sorted(sent, key=lambda s: s[0])  # the start offset never goes back
+        assert not p.service._stamps  # forgotten once no write of the key is in flight
+        assert await write(2, 0, epoch=2) == (0, None)  # a new state epoch (after a reset) starts lower
+        assert state_calls(fake, 85)[-1][1].topics[0].partitions[0].start_offset == 2
+    finally:
+        await p.close()
+        await fake.close()

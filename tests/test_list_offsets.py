@@ -72,6 +72,19 @@ def test_errors(broker, topic_name):
         assert [p.error_code for p in resp.topics[0].partitions] == [ErrorCode.INVALID_REQUEST] * 2
 
 
+@pytest.mark.parametrize("timestamp, version", [
+    (MAX_TIMESTAMP, 6), (EARLIEST_LOCAL, 7), (LATEST_TIERED, 8), (EARLIEST_PENDING_UPLOAD, 10), (-7, 11), (-100, 11),
+])
+def test_a_special_timestamp_the_version_does_not_have_is_unsupported(broker, topic_name, timestamp, version):
+    """As Kafka's ReplicaManager.isListOffsetsTimestampUnsupported: not a timestamp to look up."""
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        produce(c, topic_name, batch([b"a"]))
+        assert answer(list_offset(c, topic_name, timestamp, version=version)) == (
+            ErrorCode.UNSUPPORTED_VERSION, -1, -1, -1)
+        assert list_offset(c, "no-such-topic", timestamp, version=version).error_code == ErrorCode.UNSUPPORTED_VERSION
+
+
 @pytest.fixture
 async def local(tmp_path):
     b = Broker(BrokerConfig({"log.dirs": str(tmp_path / "data")}))

@@ -6,6 +6,9 @@ stable offset: no transactions yet, so isolation levels agree), MAX_TIMESTAMP (-
 record with the largest timestamp, LATEST_TIERED (-5) and EARLIEST_PENDING_UPLOAD (-6) give no
 offset (-1) with leader epoch -1. Any other timestamp finds the first record at or after it;
 results at or beyond the high watermark are not returned (Kafka filters them the same way).
+A special timestamp asked for below the version that introduced it, or a negative one Kafka
+does not know, gets UNSUPPORTED_VERSION for its partition (ReplicaManager's
+``isListOffsetsTimestampUnsupported``).
 
 The leader epoch is always 0 (responses v4+); CurrentLeaderEpoch is checked like Fetch does.
 A partition named twice in one request gets INVALID_REQUEST. A partition whose log went offline
@@ -33,6 +36,9 @@ MIN_VERSION, MAX_VERSION = 1, 11
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = -1, -2, -3, -4, -5, -6
 NO_TIMESTAMP = -1
+# the first version that may ask for each special timestamp (Kafka's timestampMinSupportedVersion)
+SPECIAL_SINCE = {EARLIEST: 1, LATEST: 1, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8, LATEST_TIERED: 9,
+                 EARLIEST_PENDING_UPLOAD: 11}
 
 
 def lookup(lg, timestamp: int) -> tuple[int, int, int]:
@@ -82,6 +88,8 @@ async def handle(ctx, req) -> ListOffsetsResponse:
             lg = None
             if seen[(t.name, index)] > 1:
                 code = ErrorCode.INVALID_REQUEST
+            elif p.timestamp < 0 and ctx.api_version < SPECIAL_SINCE.get(p.timestamp, MAX_VERSION + 1):
+                code = ErrorCode.UNSUPPORTED_VERSION
             elif topic is None or not 0 <= index < topic.partitions or (lg := store.get(t.name, index)) is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif lg.offline:

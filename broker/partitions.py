@@ -39,11 +39,13 @@ from typing import TYPE_CHECKING, Callable
 from protocol.errors import ErrorCode
 from protocol.records import (
     CorruptRecordError,
+    NO_TIMESTAMP,
     InvalidRecordError,
     check_record_framing,
     iter_records,
     parse_header,
     recompress_batch,
+    set_create_time,
     validate_records,
 )
 
@@ -188,16 +190,6 @@ class Partitions:
                 ErrorCode.MESSAGE_TOO_LARGE,
                 log_message=f"batch of {h.size} bytes exceeds max.message.bytes {cfg.max_message_bytes}",
             )
-        if h.log_append_time:
-            raise AppendError(
-                ErrorCode.INVALID_TIMESTAMP,
-                INVALID_TIMESTAMP_MESSAGE,
-                record_errors=[
-                    (i, f"Invalid timestamp type in message with offset {lg.end_offset + i}. {_NO_LOG_APPEND_TIME}")
-                    for i in range(h.records_count)
-                ],
-                log_start_offset=lg.start_offset,
-            )
         # Kafka's LogValidator looks at a record's key before its timestamp.
         if "compact" in cfg.cleanup_policy:
             try:
@@ -215,8 +207,15 @@ class Partitions:
                 raise AppendError(
                     ErrorCode(e.error_code), log_message=str(e), log_start_offset=lg.start_offset
                 ) from None
+        if h.log_append_time and (cfg.log_append_time or h.max_timestamp == NO_TIMESTAMP):
+            # Only a CreateTime topic takes a producer's LogAppendTime batch (below), and only
+            # with a max timestamp, which Kafka reads as every record's timestamp.
+            self._refuse_log_append_time(lg, data)
         if not cfg.log_append_time:
             self._check_timestamps(configs, lg, data, h, now_ms)
+            if h.log_append_time:
+                set_create_time(data, 0)
+                h = parse_header(data)
         if cfg.target_codec >= 0 and cfg.target_codec != h.compression:
             data, h = self._recompress(lg, data)
         if h.size > cfg.segment_bytes:  # it could never fit a segment (max.message.bytes may allow it)
@@ -306,6 +305,19 @@ class Partitions:
     def notify(self, topic: str, partition: int) -> None:
         """Wake whoever waits for data on this partition (e.g. after DeleteRecords)."""
         self.waiters.notify((topic, partition))
+
+    @staticmethod
+    def _refuse_log_append_time(lg: PartitionLog, data) -> None:
+        try:
+            errors = [
+                (i, f"Invalid timestamp type in message DefaultRecord(offset={r.offset}, timestamp={r.timestamp}, "
+                    f"key={len(r.key or b'')} bytes, value={len(r.value or b'')} bytes). {_NO_LOG_APPEND_TIME}")
+                for i, r in enumerate(iter_records(data))
+            ]
+        except CorruptRecordError as e:
+            raise AppendError(ErrorCode(e.error_code), log_message=str(e), log_start_offset=lg.start_offset) from None
+        raise AppendError(ErrorCode.INVALID_TIMESTAMP, INVALID_TIMESTAMP_MESSAGE, record_errors=errors,
+                          log_start_offset=lg.start_offset)
 
     def _check_timestamps(self, configs: dict, lg: PartitionLog, data, h: BatchHeader, now_ms: int) -> None:
         before = _int_setting(configs, "message.timestamp.before.max.ms",

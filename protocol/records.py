@@ -265,6 +265,15 @@ def set_log_append_time(buf, pos: int, now_ms: int) -> None:
     _CRC.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, h))
 
 
+def set_create_time(buf, pos: int) -> None:
+    """Clear a batch's LogAppendTime bit, keeping ``maxTimestamp``: what Kafka's LogValidator
+    does to a producer's LogAppendTime batch on a CreateTime topic (``setMaxTimestamp`` with
+    CREATE_TIME and the records' maximum, which for such a batch is ``maxTimestamp``)."""
+    h = parse_header(buf, pos)
+    _ATTRIBUTES.pack_into(buf, pos + ATTRIBUTES_OFFSET, h.attributes & ~TIMESTAMP_TYPE_MASK)
+    _CRC.pack_into(buf, pos + CRC_OFFSET, compute_crc(buf, pos, h))
+
+
 # -- client produce checks --------------------------------------------------------------------------
 
 _SIZE_FIELD = struct.Struct(">i")

@@ -21,7 +21,7 @@ from broker.log import FileLogStore, segment
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_request import MetadataRequest
 from protocol.compression import compress
-from protocol.records import CRC_OFFSET, HEADER_SIZE, build_batch, set_crc
+from protocol.records import CRC_OFFSET, HEADER_SIZE, build_batch, check_batch, set_crc
 from protocol.uuids import random_uuid
 from tests.raw_client import RawClient
 from tests.test_produce_support import (
@@ -239,9 +239,32 @@ async def test_timestamps_out_of_bounds_are_invalid_timestamp_with_record_errors
     message = p.record_errors[0].batch_index_error_message
     assert message.startswith(f"Timestamp {now - 7_200_000} of message with offset 1 ")
     assert local.store.get("t", 0).end_offset == 1
-    # a producer may not claim LogAppendTime
-    stamped = build_batch([(None, b"x", [])], timestamp_type=1)
-    assert (await produce_one(local, "t", stamped)).error_code == ErrorCode.INVALID_TIMESTAMP
+
+
+async def test_a_producers_log_append_time_batch_counts_as_create_time_on_a_create_time_topic(local):
+    """Kafka's LogValidator reads every record of such a batch at its max timestamp, checks that,
+    and stores the batch as CreateTime; LogAppendTime topics, and a batch with no max timestamp,
+    refuse it."""
+    local.topics.create("t", 1)
+    local.topics.create("lat", 1, {"message.timestamp.type": "LogAppendTime"})
+    now = int(time.time() * 1000)
+    stamped = build_batch([(b"k", b"xy", [], now - 5), (None, b"z", [], now - 1)], timestamp_type=1, timestamp_ms=now)
+    p = await produce_one(local, "t", stamped)
+    assert (p.error_code, p.base_offset, p.log_append_time_ms) == (0, 0, -1)
+    stored = b"".join(map(bytes, local.store.get("t", 0).read(0, 1 << 20).chunks))
+    h = check_batch(stored)  # the CRC was recomputed
+    assert (h.log_append_time, h.max_timestamp, h.base_timestamp) == (False, now, now - 5)
+    future = build_batch([(None, b"x", [], now)], timestamp_type=1, timestamp_ms=now + 7_200_000)
+    p = await produce_one(local, "t", future)  # the max is every record's timestamp, and out of range
+    assert (p.error_code, [e.batch_index for e in p.record_errors]) == (ErrorCode.INVALID_TIMESTAMP, [0])
+    for topic, b in (("lat", stamped), ("t", build_batch([(None, b"x", [])], timestamp_type=1, timestamp_ms=-1))):
+        p = await produce_one(local, topic, b)
+        assert p.error_code == ErrorCode.INVALID_TIMESTAMP, topic
+        assert p.record_errors[0].batch_index_error_message.startswith("Invalid timestamp type in message DefaultRec")
+    assert p.record_errors[0].batch_index_error_message == (
+        "Invalid timestamp type in message DefaultRecord(offset=0, timestamp=-1, key=0 bytes, value=1 bytes). "
+        "Producer should not set timestamp type to LogAppendTime.")
+    assert local.store.get("t", 0).end_offset == 2 and local.store.get("lat", 0).end_offset == 0
 
 
 async def test_log_append_time_topics_report_the_append_time(local):

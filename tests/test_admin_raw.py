@@ -134,6 +134,15 @@ def test_metadata_for_missing_topics_not_created_validates_names_and_knows_inter
             assert all(t.topic_id == ZERO_UUID and t.partitions == [] for t in resp.topics)
 
 
+def test_metadata_does_not_auto_create_the_transaction_state_topic(client):
+    """A one-broker Kafka cannot create it (three replicas by default), and kshare has no
+    transactions: auto-created with num.partitions, it would stay with the wrong count."""
+    for _ in range(2):
+        resp = client.request(METADATA, 12, MetadataRequest(topics=[MetadataRequestTopic(name="__transaction_state")],
+                                                            allow_auto_topic_creation=True))
+        assert [(t.name, t.error_code, t.is_internal) for t in resp.topics] == [("__transaction_state", 3, True)]
+
+
 def test_metadata_answers_a_topic_named_twice_once(client, topic_name):
     """Kafka takes the requested names (and ids) as a set."""
     create(client, topic(topic_name))

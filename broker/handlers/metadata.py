@@ -5,8 +5,11 @@ A single broker leads every partition with leader epoch 0, except one whose log 
 request allow it (synchronously, so the answer already carries the new topic instead of
 Kafka's transient LEADER_NOT_AVAILABLE). A missing topic not created is answered as Kafka's
 getTopicMetadata does: INVALID_TOPIC_EXCEPTION for a name that could never be a topic, else
-UNKNOWN_TOPIC_OR_PARTITION, and IsInternal for the internal names. A topic named twice is
-answered once (Kafka takes the requested topics as a set).
+UNKNOWN_TOPIC_OR_PARTITION, and IsInternal for the internal names. ``__transaction_state``
+is never auto-created: Kafka would create it with ``transaction.state.log.replication.factor``
+(3) replicas, which a one-broker cluster refuses, so it answers UNKNOWN_TOPIC_OR_PARTITION
+there; kshare has no transactions to use it. A topic named twice is answered once (Kafka takes
+the requested topics as a set).
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ async def handle(ctx, req) -> MetadataResponse:
                     topics.append(topic_metadata(broker, topic, include_ops))
                 continue
             topic = broker.topics.get(t.name)
-            if topic is None and allow_create:
+            if topic is None and allow_create and t.name not in INTERNAL_TOPICS:
                 try:
                     topic = broker.auto_create_topic(t.name)
                 except KafkaError as e:

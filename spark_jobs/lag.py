@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-__all__ = ["UNKNOWN", "share_partition_lag", "lag_table", "lag_totals", "group_history", "LAG_COLUMNS"]
+__all__ = ["UNKNOWN", "share_partition_lag", "end_offset_at", "lag_table", "lag_totals", "group_history",
+           "LAG_COLUMNS"]
 
 UNKNOWN = -1  # Kafka's PartitionFactory.UNINITIALIZED_* for start offset, count and lag
 
@@ -33,6 +34,21 @@ def share_partition_lag(log_end_offset: int | None, start_offset: int | None,
     if delivery_complete_count is None or delivery_complete_count == UNKNOWN:
         return None
     return log_end_offset - start_offset - delivery_complete_count
+
+
+def end_offset_at(first_at_or_after: int, log_start: int, log_end: int) -> int | None:
+    """A partition's log end offset at a past time t, from ListOffsets by timestamp t (the first
+    record at or after t, -1 if none) and today's log start and end offsets; None when the
+    records that would tell were deleted (DeleteRecords, retention).
+
+    The first record at or after t is where the log ended at t, unless it is the log start:
+    deleted records before it may have come after t too. With no record at or after t, the log
+    ended at t where it ends today, unless nothing is left of it."""
+    if first_at_or_after < 0:
+        return log_end if log_end == 0 or log_start < log_end else None
+    if first_at_or_after == log_start and log_start > 0:
+        return None
+    return first_at_or_after
 
 
 def _nullable_int(values) -> pd.Series:

@@ -30,8 +30,8 @@ from protocol.uuids import uuid_to_str
 from .export import ExportResult, committed, committed_files, export_share_state, floor_filter
 from .export_scan import ExportScan
 from .html_report import render
-from .kafka_io import LATEST_TIMESTAMP, Cluster
-from .lag import LAG_COLUMNS, group_history, lag_table, lag_totals
+from .kafka_io import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Cluster
+from .lag import LAG_COLUMNS, end_offset_at, group_history, lag_table, lag_totals
 from .progress import Progress
 from .state_rows import KEY_COLUMNS
 
@@ -92,7 +92,7 @@ def build_report(spark, bootstrap: str, out_dir: str | Path, *, groups: list[str
         points = pd.DataFrame(columns=[*KEY_COLUMNS, "at_ms", "start_offset", "delivery_complete_count"])
 
     step("offsets from the brokers")
-    names, existing, leo, at = prefetch.result()
+    names, existing, leo, first, at = prefetch.result()
     with Cluster(bootstrap) as cluster:
         if names is None:
             names = {uuid_to_str(tid): name for tid, name in cluster.topic_names_by_id().items()}
@@ -107,19 +107,20 @@ def build_report(spark, bootstrap: str, out_dir: str | Path, *, groups: list[str
         missing = wanted - leo.keys()
         if missing:
             leo.update(cluster.list_offsets({tp: LATEST_TIMESTAMP for tp in missing}))
+            first.update(cluster.list_offsets({tp: EARLIEST_TIMESTAMP for tp in missing}))
         # The log end offset of every partition at every point in time: a partition's lag
         # changes as records arrive even while its share state stays the same.
         for t in sorted({int(x) for x in points["at_ms"]}) if wanted else ():
             missing = {tp for tp in wanted if (tp[0], tp[1], t) not in at}
             if missing:
                 for (topic, p), offset in cluster.list_offsets({tp: t for tp in missing}).items():
-                    # The first record at or after t, or none yet: then everything was written by t.
-                    at[(topic, p, t)] = offset if offset >= 0 else leo[(topic, p)]
+                    at[(topic, p, t)] = offset
+        ends_at = {k: end_offset_at(offset, first[k[:2]], leo[k[:2]]) for k, offset in at.items()}
 
     step("writing the report")
     table = lag_table(latest, names, leo)
     totals = lag_totals(table)
-    history = group_history(points.to_dict("records"), names, at)
+    history = group_history(points.to_dict("records"), names, ends_at)
     health = _health_table(latest, health_raw, names)
     files = {
         "lag.csv": out / "lag.csv", "lag.parquet": out / "lag.parquet", "lag_totals.csv": out / "lag_totals.csv",
@@ -161,13 +162,13 @@ def _time_span(export_dir: Path, groups: list[str] | None) -> tuple[int, int, in
 
 
 class _OffsetsPrefetch:
-    """In a thread: topic names, leaders, log end offsets and the offsets at ``times`` of the
-    partitions named by ``partitions`` ((topic id, partition) pairs), exactly as the report
-    asks for them. ``result()`` waits; after a failure it returns (None, None, {}, {}) and the
+    """In a thread: topic names, leaders, log end and start offsets and the offsets at ``times``
+    of the partitions named by ``partitions`` ((topic id, partition) pairs), exactly as the report
+    asks for them. ``result()`` waits; after a failure it returns (None, None, {}, {}, {}) and the
     report asks for everything itself."""
 
     def __init__(self, bootstrap: str, partitions: set[tuple[str, int]], times: list[int]) -> None:
-        self._answer = (None, None, {}, {})
+        self._answer = (None, None, {}, {}, {})
         self._thread = threading.Thread(target=self._run, args=(bootstrap, partitions, times),
                                         name="kshare-offsets", daemon=True)
         self._thread.start()
@@ -180,13 +181,14 @@ class _OffsetsPrefetch:
                 wanted = {(names[tid], p) for tid, p in partitions
                           if tid in names and p in existing.get(names[tid], {})}
                 leo = cluster.list_offsets({tp: LATEST_TIMESTAMP for tp in wanted}) if wanted else {}
+                first = cluster.list_offsets({tp: EARLIEST_TIMESTAMP for tp in wanted}) if wanted else {}
                 at: dict[tuple[str, int, int], int] = {}
                 for t in times if wanted else ():
                     for (topic, p), offset in cluster.list_offsets({tp: t for tp in wanted}).items():
-                        at[(topic, p, t)] = offset if offset >= 0 else leo[(topic, p)]
-            self._answer = (names, existing, leo, at)
+                        at[(topic, p, t)] = offset
+            self._answer = (names, existing, leo, first, at)
         except Exception:  # noqa: BLE001 - the report asks again, and reports errors then
-            self._answer = (None, None, {}, {})
+            self._answer = (None, None, {}, {}, {})
 
     def result(self):
         self._thread.join()

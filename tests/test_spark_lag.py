@@ -9,7 +9,7 @@ import tests.test_spark_support  # noqa: F401  (skips under docker-compose's e2e
 import pandas as pd  # noqa: E402
 
 from spark_jobs.html_report import line_chart, render  # noqa: E402
-from spark_jobs.lag import group_history, lag_table, lag_totals, share_partition_lag  # noqa: E402
+from spark_jobs.lag import end_offset_at, group_history, lag_table, lag_totals, share_partition_lag  # noqa: E402
 
 
 def test_lag_is_kip_1226s_formula_with_the_log_end_offset():
@@ -65,6 +65,17 @@ def test_group_history_carries_each_partitions_state_forward():
         ["g", 300, 3, 1],            # partition 0's count became unknown: only partition 1 counts
         ["g", 400, pd.NA, 0],        # partition 1's state was deleted: nothing known
     ]
+
+
+def test_the_end_offset_at_a_past_time_is_unknown_where_deleted_records_would_tell():
+    # (first record at or after t, log start, log end) -> log end offset at t
+    assert end_offset_at(7, 0, 20) == 7  # records 0-6 came before t
+    assert end_offset_at(7, 5, 20) == 7  # record 6 is still there and came before t
+    assert end_offset_at(-1, 5, 20) == 20  # every record left came before t
+    assert end_offset_at(-1, 0, 0) == 0  # nothing was ever written
+    # Records below the log start were deleted: any of them may have come after t.
+    assert end_offset_at(5, 5, 20) is None
+    assert end_offset_at(-1, 20, 20) is None
 
 
 class Page(HTMLParser):

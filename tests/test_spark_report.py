@@ -44,6 +44,7 @@ from protocol.messages.share_group_heartbeat_request import ShareGroupHeartbeatR
 from spark_jobs import cli  # noqa: E402
 from spark_jobs.report import build_report  # noqa: E402
 from tests.raw_client import RawClient  # noqa: E402
+from tests.test_delete_records import delete_records  # noqa: E402
 from tests.test_share_wire_support import ACCEPT, REJECT, RELEASE, ShareMember, acquired_offsets, parts  # noqa: E402
 from tests.test_share_wire_support import produce_batches  # noqa: E402
 from tests.test_spark_lag import parse  # noqa: E402
@@ -174,6 +175,27 @@ def test_report_lag_equals_the_share_coordinators_summary_and_list_offsets(spark
             h.max_delivery_count, h.redelivered) == (2, 1, 7, 7, 2, 0)  # redelivered: completed ones only
     h = health.loc[(g_partial, a, 0)]
     assert (h.archived_rejected, h.acknowledged, h.inflight_available) == (1, 5, 4)  # 0-2 and 5-6 acknowledged
+
+
+def test_history_lag_is_unknown_where_deleted_records_would_tell_the_end_offset(spark, broker, tmp_path):  # noqa: F811
+    """After DeleteRecords past every record, ListOffsets by time cannot say where the log ended
+    at a past time (the records that would tell are gone): those points' lag is unknown, not
+    counted against today's end offset. The current lag is still known."""
+    topic, group = unique("hist"), unique("hist-done")
+    with RawClient(broker.bootstrap) as raw, KafkaClient(broker.bootstrap) as client:
+        tp = (create_topic(raw, topic, 1), 0)
+        member = Member(client, broker.bootstrap, group, [topic], [tp])
+        produce_batches(raw, topic, [5, 5])
+        assert member.fetch({tp: 10}) == {tp: list(range(10))}
+        member.ack(tp, [(0, 9, ACCEPT)])
+        member.leave()
+        r = build_report(spark, broker.bootstrap, tmp_path / "before", groups=[group])
+        last = records(r.history)[-1]
+        assert (last["lag"], last["partitions"]) == (0, 1)
+        assert delete_records(raw, (topic, 0, 10)) == [(topic, 0, 0, 10)]
+    r = build_report(spark, broker.bootstrap, tmp_path / "after", groups=[group])
+    assert [(row["lag"], row["partitions"]) for row in records(r.history)] == [(None, 0)] * len(r.history)
+    assert [row["lag"] for row in records(r.lag)] == [0]
 
 
 def test_report_lag_equals_describe_share_group_offsets(spark, broker, groups, tmp_path):  # noqa: F811

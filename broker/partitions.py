@@ -307,15 +307,19 @@ class Partitions:
         self.waiters.notify((topic, partition))
 
     @staticmethod
-    def _refuse_log_append_time(lg: PartitionLog, data) -> None:
+    def _records(lg: PartitionLog, data) -> list:
+        """Every record of the batch, or the AppendError of one that does not parse."""
         try:
-            errors = [
-                (i, f"Invalid timestamp type in message DefaultRecord(offset={r.offset}, timestamp={r.timestamp}, "
-                    f"key={len(r.key or b'')} bytes, value={len(r.value or b'')} bytes). {_NO_LOG_APPEND_TIME}")
-                for i, r in enumerate(iter_records(data))
-            ]
+            return list(iter_records(data))
         except CorruptRecordError as e:
             raise AppendError(ErrorCode(e.error_code), log_message=str(e), log_start_offset=lg.start_offset) from None
+
+    def _refuse_log_append_time(self, lg: PartitionLog, data) -> None:
+        errors = [
+            (i, f"Invalid timestamp type in message DefaultRecord(offset={r.offset}, timestamp={r.timestamp}, "
+                f"key={len(r.key or b'')} bytes, value={len(r.value or b'')} bytes). {_NO_LOG_APPEND_TIME}")
+            for i, r in enumerate(self._records(lg, data))
+        ]
         raise AppendError(ErrorCode.INVALID_TIMESTAMP, INVALID_TIMESTAMP_MESSAGE, record_errors=errors,
                           log_start_offset=lg.start_offset)
 
@@ -333,19 +337,12 @@ class Partitions:
         # message.timestamp.before.max.ms means looking at every record, as Kafka does.
         if not (bad(h.base_timestamp) or bad(h.max_timestamp)) and before >= LONG_MAX:
             return
-        errors = []
-        try:
-            for i, rec in enumerate(iter_records(data)):
-                if bad(rec.timestamp):
-                    message = (  # the offset as the producer numbered it (Kafka validates before assigning)
-                        f"Timestamp {rec.timestamp} of message with offset {rec.offset} is "
-                        f"out of range. The timestamp should be within [{now_ms - before}, {now_ms + after}]"
-                    )
-                    errors.append((i, message))
-        except CorruptRecordError as e:
-            raise AppendError(
-                ErrorCode(e.error_code), log_message=str(e), log_start_offset=lg.start_offset
-            ) from None
+        # The offsets as the producer numbered them: Kafka validates before assigning.
+        errors = [
+            (i, f"Timestamp {rec.timestamp} of message with offset {rec.offset} is out of range. "
+                f"The timestamp should be within [{now_ms - before}, {now_ms + after}]")
+            for i, rec in enumerate(self._records(lg, data)) if bad(rec.timestamp)
+        ]
         if errors:
             raise AppendError(
                 ErrorCode.INVALID_TIMESTAMP, INVALID_TIMESTAMP_MESSAGE,

@@ -269,3 +269,25 @@ def test_a_classic_consumer_group_gets_a_clear_error(broker, topic_name, caplog)
 
     asyncio.run(aiokafka_start())
     assert "JoinGroupRequest cannot be used" in caplog.text
+
+
+def test_offsets_for_an_unknown_special_timestamp_are_unsupported(broker, topic_name):
+    """confluent-kafka's offsets_for_times with a negative timestamp Kafka does not know (-7)
+    fails with UNSUPPORTED_VERSION, as against Kafka 4.2; MAX_TIMESTAMP (-3) is answered."""
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+    from tests.test_e2e_share_support import create_topic
+
+    create_topic(broker.bootstrap, topic_name)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    p.produce(topic_name, b"x")
+    assert p.flush(10) == 0
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"oft-{topic_name}"})
+    try:
+        (latest,) = c.offsets_for_times([TopicPartition(topic_name, 0, -3)], timeout=10)
+        assert (latest.error, latest.offset) == (None, 0)
+        with pytest.raises(KafkaException) as e:
+            c.offsets_for_times([TopicPartition(topic_name, 0, -7)], timeout=10)
+        assert e.value.args[0].code() == KafkaError.UNSUPPORTED_VERSION
+    finally:
+        c.close()

@@ -6,6 +6,7 @@ ShareFetch to show that resets and deletes replace their in-flight state."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 
@@ -34,6 +35,7 @@ from protocol.messages.share_group_describe_request import ShareGroupDescribeReq
 from protocol.messages.share_group_heartbeat_request import ShareGroupHeartbeatRequest
 from protocol.primitives import ZERO_UUID
 from tests.raw_client import RawClient
+from tests.test_produce_support import batch, fetch, produce
 from tests.test_share_wire_support import ShareMember, acquired, create_topic, parts, produce_batches
 
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, HEARTBEAT, SHARE_DESCRIBE = 15, 16, 42, 76, 77
@@ -223,6 +225,26 @@ def test_describe_offsets_lag_and_versions(client, group, topic_name):
     assert rows(offsets(client, group, {topic_name: [1]})) == {(topic_name, 1): (0, 0, 0, 0)}
     v0 = rows(offsets(client, group, version=0))
     assert v0[(topic_name, 0)] == (1, 0, -1, 0)  # no Lag field before v1
+
+
+def test_describe_offsets_of_an_offline_partition_is_leader_not_available(broker_factory, group, topic_name):
+    """Kafka reads the end offset from the partition's leader; a partition whose log went
+    offline has none (Metadata shows no leader), so its row is that error, not a lag."""
+    b = broker_factory()
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name, 1)
+        for _ in range(10):
+            produce(c, topic_name, batch([b"x" * 1000]))
+        empty_group_at(c, group, topic_name, {0: 2})
+        assert rows(offsets(c, group)) == {(topic_name, 0): (2, 0, 8, 0)}
+        segment = b.data_dir / f"{topic_name}-0" / ("%020d.log" % 0)
+        os.truncate(segment, segment.stat().st_size // 2)
+        assert fetch(c, topic_name, 8).error_code == ErrorCode.KAFKA_STORAGE_ERROR  # the read that finds it
+        ((p,),) = [t.partitions for t in offsets(c, group).topics]
+        assert (p.partition_index, p.error_code, p.error_message) == (
+            0, ErrorCode.LEADER_NOT_AVAILABLE,
+            "There is no leader for this topic-partition as we are in the middle of a leadership election.")
+        assert rows(offsets(c, group, version=0))[(topic_name, 0)][3] == ErrorCode.LEADER_NOT_AVAILABLE
 
 
 # --- AlterShareGroupOffsets -----------------------------------------------------------------------

@@ -14,6 +14,8 @@ _GROUP_MESSAGES = {
     ErrorCode.NOT_COORDINATOR: "This is not the correct coordinator.",
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: "The coordinator is loading and hence can't process requests.",
     ErrorCode.UNKNOWN_SERVER_ERROR: "The server experienced an unexpected error when processing the request.",
+    ErrorCode.LEADER_NOT_AVAILABLE: "There is no leader for this topic-partition as we are in the middle of a "
+                                    "leadership election.",
 }
 
 

@@ -7,8 +7,10 @@ group; an empty topic list answers nothing.
 As Kafka 4.2 does, the group's existence is not checked: an unknown group simply has no
 initialized partitions, and a topic that does not exist or a partition whose summary could not
 be read comes back as absent data (start offset -1, leader epoch 0, lag -1, no error). A
-partition whose log end offset cannot be read gets that error instead. Group-level errors are
-coordinator availability and a failing persister.
+partition whose log end offset cannot be read gets that error instead: Kafka asks the
+partition's leader (ListOffsets), so a partition whose log went offline, shown without a
+leader in Metadata, is LEADER_NOT_AVAILABLE rather than a lag from its last known end.
+Group-level errors are coordinator availability and a failing persister.
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ def _partition(store, topic: str, partition: int, summary) -> DescribeShareGroup
             lag=UNINITIALIZED_LAG,
         )
     lg = store.get(topic, partition)
-    if lg is None:
-        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if lg is None or lg.offline:
+        code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if lg is None else ErrorCode.LEADER_NOT_AVAILABLE
         return DescribeShareGroupOffsetsResponsePartition(partition_index=partition, error_code=code,
                                                           error_message=error_message(code))
     return DescribeShareGroupOffsetsResponsePartition(

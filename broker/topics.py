@@ -35,6 +35,7 @@ _LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
 CONSUMER_OFFSETS = "__consumer_offsets"
 SHARE_GROUP_STATE = "__share_group_state"
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS, SHARE_GROUP_STATE, "__transaction_state"})
+CLUSTER_METADATA = "__cluster_metadata"  # KRaft's metadata log: Kafka never lets a client create it
 
 
 @dataclass

@@ -76,6 +76,17 @@ def test_create_errors(admin, topic_name):
     assert err.code() == KafkaError.TOPIC_EXCEPTION
 
 
+def test_the_metadata_log_cannot_be_created(admin, broker):
+    """Kafka's ControllerApis refuses __cluster_metadata (KRaft's metadata log) before its
+    controller sees the request, validate_only or not."""
+    for validate_only in (True, False):
+        err = _error(admin.create_topics([NewTopic("__cluster_metadata", 1, 1)], validate_only=validate_only),
+                     "__cluster_metadata")
+        assert err.code() == KafkaError.INVALID_REQUEST
+        assert err.str() == "Creation of internal topic __cluster_metadata is prohibited."
+    assert _metadata_topic(broker.bootstrap, "__cluster_metadata").error_code == 3
+
+
 def test_validate_only_creates_nothing(admin, broker, topic_name):
     _result(admin.create_topics([NewTopic(topic_name, 2, 1)], validate_only=True), topic_name)
     assert _metadata_topic(broker.bootstrap, topic_name).error_code == 3

@@ -20,6 +20,7 @@ from protocol.messages.create_topics_response import (
 from protocol.uuids import random_uuid
 
 from ..topic_configs import creation_topic_configs, validate_topic_configs
+from ..topics import CLUSTER_METADATA
 from ._admin import MAX_PARTITIONS_PER_BATCH, check_manual_assignment, duplicates
 
 API_KEY = 19
@@ -98,7 +99,7 @@ def _create_one(broker, topic, validate_only: bool) -> CreatableTopicResult:
 async def handle(ctx, req) -> CreateTopicsResponse:
     broker = ctx.broker
     dup = duplicates(t.name for t in req.topics)
-    unique = [t for t in req.topics if t.name not in dup]
+    unique = [t for t in req.topics if t.name not in dup and t.name != CLUSTER_METADATA]
     total = sum(_requested_partitions(t, broker.config["num.partitions"]) for t in unique)
     if total > MAX_PARTITIONS_PER_BATCH:
         message = "Excessively large number of partitions per request."
@@ -115,6 +116,10 @@ async def handle(ctx, req) -> CreateTopicsResponse:
     for name in sorted(dup, key=lambda n: (n is None, n)):
         results.append(CreatableTopicResult(name=name, error_code=ErrorCode.INVALID_REQUEST,
                                             error_message="Duplicate topic name."))
+    if any(t.name == CLUSTER_METADATA for t in req.topics) and CLUSTER_METADATA not in dup:
+        message = f"Creation of internal topic {CLUSTER_METADATA} is prohibited."
+        results.append(CreatableTopicResult(name=CLUSTER_METADATA, error_code=ErrorCode.INVALID_REQUEST,
+                                            error_message=message))
     return CreateTopicsResponse(topics=results)
 
 

@@ -369,16 +369,29 @@ class BrokerConfig:
         self._resolve()
 
     def _resolve(self) -> None:
+        self._values = self._resolved(self.dynamic, self.dynamic_default)
+        self._raw = None
+        self.listener_max_connections()  # validated at start, as Kafka's listener config
+
+    def _resolved(self, dynamic: Mapping[str, str], dynamic_default: Mapping[str, str]) -> dict[str, Any]:
+        """Every property's value with these dynamic layers, or ConfigError as Kafka's KafkaConfig."""
         values = {}
         for name, d in DEFS.items():
-            raw = self.dynamic.get(name, self.dynamic_default.get(name, self.static.get(name)))
+            raw = dynamic.get(name, dynamic_default.get(name, self.static.get(name)))
             values[name] = d.default if raw is None else d.parse(raw)
         if values["max.connections.per.ip"] == 0 and not values["max.connections.per.ip.overrides"]:
             raise ConfigError("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
                               "property is set.")
-        self._values = values
-        self._raw = None
-        self.listener_max_connections()  # validated at start, as Kafka's listener config
+        return values
+
+    def check_dynamic_layer(self, layer: Mapping[str, str], *, cluster_default: bool = False) -> None:
+        """Raise ConfigError if ``layer`` as the whole of this broker's (or the cluster-wide)
+        dynamic configs would not resolve; changes nothing. A validate_only AlterConfigs needs
+        it: Kafka checks the resulting config as a whole whether or not it applies it."""
+        if cluster_default:
+            self._resolved(self.dynamic, layer)
+        else:
+            self._resolved(layer, self.dynamic_default)
 
     def __getitem__(self, name: str) -> Any:
         if name in self._values:

@@ -272,7 +272,8 @@ class BrokerConfigProvider:
 
     @staticmethod
     def _validate(broker: Broker, name: str, new: Mapping[str, str]) -> None:
-        """DynamicBrokerConfig.validate: every name dynamic, every value parses and is in range."""
+        """DynamicBrokerConfig.validate: every name dynamic, every value parses and is in range,
+        and the broker's config with them is valid as a whole (validate_only too)."""
         if name:
             check_node_id(broker, name)
         fixed = sorted(k for k in new if k not in DEFS or not DEFS[k].dynamic)
@@ -286,6 +287,10 @@ class BrokerConfigProvider:
                 d.check(value)
             except ConfigError as e:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        try:
+            broker.config.check_dynamic_layer(new, cluster_default=not name)
+        except ConfigError as e:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, str(e)) from None
 
     @staticmethod
     def _install(broker: Broker, name: str, new: dict[str, str]) -> None:

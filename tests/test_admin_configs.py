@@ -191,6 +191,22 @@ def test_dynamic_broker_configs_apply_and_persist(broker_factory):
     assert describe(admin, ResourceType.TOPIC, "dyn")["retention.ms"].value == "604800000"
 
 
+def test_validate_only_checks_the_broker_config_as_a_whole(admin):
+    """Kafka's DynamicBrokerConfig.validate builds the whole resulting config whether or not the
+    request applies it, so validate_only refuses what the real change would refuse."""
+    node = str(admin.describe_cluster().result(timeout=TIMEOUT).controller.id)
+    entries = [ConfigEntry("max.connections.per.ip", "0", incremental_operation=AlterConfigOpType.SET)]
+    for validate_only in (True, False):
+        (future,) = admin.incremental_alter_configs([ConfigResource(ResourceType.BROKER, node,
+                                                                    incremental_configs=entries)],
+                                                    validate_only=validate_only).values()
+        e = alter_error(future)
+        assert e.code() == KafkaError.INVALID_REQUEST
+        assert e.str() == ("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
+                           "property is set.")
+    assert describe(admin, ResourceType.BROKER, node)["max.connections.per.ip"].value == "2147483647"
+
+
 @pytest.mark.needs_private_broker
 def test_broker_properties_kshare_does_not_define_are_described_as_sensitive(broker_factory):
     """Kafka's KafkaConfig.maybeSensitive: a property whose type is unknown is sensitive (value

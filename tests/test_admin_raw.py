@@ -134,13 +134,15 @@ def test_metadata_for_missing_topics_not_created_validates_names_and_knows_inter
             assert all(t.topic_id == ZERO_UUID and t.partitions == [] for t in resp.topics)
 
 
-def test_metadata_does_not_auto_create_the_transaction_state_topic(client):
-    """A one-broker Kafka cannot create it (three replicas by default), and kshare has no
-    transactions: auto-created with num.partitions, it would stay with the wrong count."""
+@pytest.mark.parametrize("name, internal", [("__transaction_state", True), ("__cluster_metadata", False)])
+def test_metadata_does_not_auto_create_the_transaction_state_or_metadata_log(client, name, internal):
+    """A one-broker Kafka cannot create __transaction_state (three replicas by default), and
+    kshare has no transactions: auto-created with num.partitions, it would stay with the wrong
+    count. Kafka's controller refuses __cluster_metadata, its metadata log."""
     for _ in range(2):
-        resp = client.request(METADATA, 12, MetadataRequest(topics=[MetadataRequestTopic(name="__transaction_state")],
+        resp = client.request(METADATA, 12, MetadataRequest(topics=[MetadataRequestTopic(name=name)],
                                                             allow_auto_topic_creation=True))
-        assert [(t.name, t.error_code, t.is_internal) for t in resp.topics] == [("__transaction_state", 3, True)]
+        assert [(t.name, t.error_code, t.is_internal) for t in resp.topics] == [(name, 3, internal)]
 
 
 def test_metadata_answers_a_topic_named_twice_once(client, topic_name):

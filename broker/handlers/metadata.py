@@ -8,7 +8,8 @@ getTopicMetadata does: INVALID_TOPIC_EXCEPTION for a name that could never be a 
 UNKNOWN_TOPIC_OR_PARTITION, and IsInternal for the internal names. ``__transaction_state``
 is never auto-created: Kafka would create it with ``transaction.state.log.replication.factor``
 (3) replicas, which a one-broker cluster refuses, so it answers UNKNOWN_TOPIC_OR_PARTITION
-there; kshare has no transactions to use it. A topic named twice is answered once (Kafka takes
+there; kshare has no transactions to use it. Nor is ``__cluster_metadata``, KRaft's metadata
+log, which Kafka's controller refuses to create. A topic named twice is answered once (Kafka takes
 the requested topics as a set).
 """
 
@@ -25,9 +26,10 @@ from protocol.primitives import ZERO_UUID
 
 from ..authz import CLUSTER_OPERATIONS, NOT_REQUESTED, TOPIC_OPERATIONS
 from ..partitions import leader_of
-from ..topics import INTERNAL_TOPICS, unknown_topic_error
+from ..topics import CLUSTER_METADATA, INTERNAL_TOPICS, unknown_topic_error
 
 API_KEY = 3
+_NEVER_AUTO_CREATED = INTERNAL_TOPICS | {CLUSTER_METADATA}
 MIN_VERSION, MAX_VERSION = 0, 13
 
 
@@ -111,7 +113,7 @@ async def handle(ctx, req) -> MetadataResponse:
                     topics.append(topic_metadata(broker, topic, include_ops))
                 continue
             topic = broker.topics.get(t.name)
-            if topic is None and allow_create and t.name not in INTERNAL_TOPICS:
+            if topic is None and allow_create and t.name not in _NEVER_AUTO_CREATED:
                 try:
                     topic = broker.auto_create_topic(t.name)
                 except KafkaError as e:

@@ -397,6 +397,10 @@ def test_config_from_kafka_properties():
     assert cfg.log_append_time and cfg.deletes
     assert LogConfig.from_properties({"log.retention.minutes": "2"}).retention_ms == 120_000
     assert LogConfig.from_properties({"log.retention.ms": "-1"}).retention_ms == -1
+    # flush.ms falls back to log.flush.scheduler.interval.ms, as DescribeConfigs shows it
+    assert LogConfig.from_properties({"log.flush.scheduler.interval.ms": "1000"}).flush_ms == 1000
+    assert LogConfig.from_properties(
+        {"log.flush.interval.ms": "500", "log.flush.scheduler.interval.ms": "1000"}).flush_ms == 500
     assert LogConfig.from_properties({}) == LogConfig()
     assert LogConfig().retention_ms == 604800000 and LogConfig().flush_ms is None
     assert LogConfig().to_properties()["flush.ms"] == str((1 << 63) - 1)

@@ -137,7 +137,8 @@ TOPIC_TO_BROKER_PROPERTIES: dict[str, tuple[tuple[str, int], ...]] = {
     "index.interval.bytes": (("log.index.interval.bytes", 1),),
     "segment.index.bytes": (("log.index.size.max.bytes", 1),),
     "flush.messages": (("log.flush.interval.messages", 1),),
-    "flush.ms": (("log.flush.interval.ms", 1),),
+    # Kafka's KafkaConfig.logFlushIntervalMs: log.flush.interval.ms, else the flusher's period.
+    "flush.ms": (("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)),
     "message.timestamp.type": (("log.message.timestamp.type", 1),),
     "cleanup.policy": (("log.cleanup.policy", 1),),
     "max.message.bytes": (("message.max.bytes", 1),),

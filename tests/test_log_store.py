@@ -366,6 +366,22 @@ def test_time_based_roll(make_store):
     assert [s.base_offset for s in log.segments] == [0, 2]
 
 
+def test_time_based_roll_with_jitter(make_store, monkeypatch):
+    """segment.jitter.ms: each segment rolls up to min(jitter, segment.ms) early, drawn per segment."""
+    bounds = []
+    monkeypatch.setattr("broker.log.config.random.randrange", lambda n: bounds.append(n) or n - 1)
+    log = make_store(segment_ms=1000, segment_jitter_ms=400).create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(1, ts=10_000))
+    append(log, make_batch(1, ts=10_601))  # 601 ms is not more than 1000 - 399
+    assert len(log.segments) == 1
+    append(log, make_batch(1, ts=10_602))
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    assert bounds == [400, 400]  # the first segment's draw and the new one's
+    assert LogConfig(segment_ms=100, segment_jitter_ms=400).roll_jitter_ms() == 99
+    assert LogConfig.from_properties({"log.roll.jitter.hours": "1"}).segment_jitter_ms == 3600_000
+    assert LogConfig.from_properties({}, {"segment.jitter.ms": "5"}).segment_jitter_ms == 5
+
+
 def test_store_create_get_delete(make_store):
     store = make_store()
     a = store.create("__share_group_state", 3, TOPIC_ID, None)

@@ -6,6 +6,7 @@ overrides, exactly as Kafka resolves them, so config code only has to hand over 
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -28,6 +29,7 @@ class LogConfig:
 
     segment_bytes: int = 1073741824  # segment.bytes
     segment_ms: int = 168 * 3600 * 1000  # segment.ms
+    segment_jitter_ms: int = 0  # segment.jitter.ms
     retention_ms: int = 168 * 3600 * 1000  # retention.ms; -1 = keep forever
     retention_bytes: int = -1  # retention.bytes; -1 = no size limit
     index_interval_bytes: int = 4096  # index.interval.bytes
@@ -51,6 +53,13 @@ class LogConfig:
     @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == LOG_APPEND_TIME
+
+    def roll_jitter_ms(self) -> int:
+        """A new segment's random head start on segment.ms, below min(segment.jitter.ms,
+        segment.ms), as Kafka draws one per segment so partitions created together do not all
+        roll at once."""
+        bound = min(self.segment_jitter_ms, self.segment_ms)
+        return random.randrange(bound) if bound > 0 else 0
 
     @property
     def deletes(self) -> bool:
@@ -109,6 +118,7 @@ class LogConfig:
 TOPIC_PROPERTY_TO_FIELD: dict[str, str] = {
     "segment.bytes": "segment_bytes",
     "segment.ms": "segment_ms",
+    "segment.jitter.ms": "segment_jitter_ms",
     "retention.ms": "retention_ms",
     "retention.bytes": "retention_bytes",
     "index.interval.bytes": "index_interval_bytes",
@@ -128,6 +138,7 @@ TOPIC_PROPERTY_TO_FIELD: dict[str, str] = {
 TOPIC_TO_BROKER_PROPERTIES: dict[str, tuple[tuple[str, int], ...]] = {
     "segment.bytes": (("log.segment.bytes", 1),),
     "segment.ms": (("log.roll.ms", 1), ("log.roll.hours", 3600 * 1000)),
+    "segment.jitter.ms": (("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", 3600 * 1000)),
     "retention.ms": (
         ("log.retention.ms", 1),
         ("log.retention.minutes", 60 * 1000),

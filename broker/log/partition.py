@@ -82,6 +82,7 @@ class Log:
         self.config = config
         self.directory = directory
         self._segments = segments
+        segments[-1].roll_jitter_ms = config.roll_jitter_ms()
         self._bases = [s.base_offset for s in segments]
         self._new_segment = new_segment
         self._clock_ms = clock_ms
@@ -284,7 +285,7 @@ class Log:
             waited = self._clock_ms() - seg.created_ms
         if (
             seg.size > cfg.segment_bytes - size
-            or waited > cfg.segment_ms
+            or waited > cfg.segment_ms - seg.roll_jitter_ms
             or len(seg.index) >= cfg.segment_index_bytes // OFFSET_ENTRY_SIZE
             or len(seg.time_index) >= cfg.segment_index_bytes // TIME_ENTRY_SIZE
             or last_offset - seg.base_offset > INT_MAX
@@ -301,6 +302,7 @@ class Log:
             old.seal()
             old.save_indexes()
             seg = self._new_segment(old.next_offset)
+            seg.roll_jitter_ms = self.config.roll_jitter_ms()
         except OSError as e:
             # A full disk (or EIO, EMFILE) failed the index files or the new segment: nothing
             # was written, so the old segment stays active and the next append tries again.

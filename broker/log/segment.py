@@ -218,6 +218,7 @@ class Segment:
         "max_timestamp",
         "offset_of_max_timestamp",
         "rolling_timestamp",
+        "roll_jitter_ms",
         "created_ms",
         "last_modified_ms",
         "index",
@@ -235,6 +236,7 @@ class Segment:
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = -1  # last offset of the first batch with max_timestamp
         self.rolling_timestamp = NO_TIMESTAMP  # first batch's max timestamp (segment.ms rolls)
+        self.roll_jitter_ms = 0  # rolled this much before segment.ms (segment.jitter.ms)
         self.created_ms = created_ms
         self.last_modified_ms = created_ms
         self.index = OffsetIndex()

@@ -56,6 +56,7 @@ class Broker:
             default_config=self.log_config({}),
             retention_check_interval_ms=config["log.retention.check.interval.ms"],
             checkpoint_interval_ms=config["log.flush.offset.checkpoint.interval.ms"] or 60_000,
+            initial_task_delay_ms=config["log.initial.task.delay.ms"],
         )
         self.topics = TopicRegistry(self.data_dir, self.store, self.log_config)
         self.group_coordinator = group_runtime.install(self)  # share-group membership and GROUP configs

@@ -200,6 +200,8 @@ _DEFS: list[ConfigDef] = [
     _d("log.retention.hours", INT, 168, "Retention in hours (when the finer settings are unset)."),
     _d("log.retention.bytes", LONG, -1, "Delete old segments above this size per partition.", dynamic=True),
     _d("log.retention.check.interval.ms", LONG, 300000, "How often retention runs.", at_least=1),
+    _d("log.initial.task.delay.ms", LONG, 30000, "Delay of the first retention check and checkpoint after "
+       "a start.", at_least=0, internal=True),
     _d("log.index.interval.bytes", INT, 4096, "Bytes between offset index entries.", at_least=0, dynamic=True),
     _d("log.index.size.max.bytes", INT, 10485760, "Maximum index file size.", at_least=4, dynamic=True),
     _d("log.flush.interval.messages", LONG, LONG_MAX,

@@ -190,7 +190,7 @@ def test_retention_empties_an_idle_topic(broker_factory, topic_name):
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    b = broker_factory({"log.retention.check.interval.ms": "100"})
+    b = broker_factory({"log.retention.check.interval.ms": "100", "log.initial.task.delay.ms": "100"})
     admin = AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 3})
     admin.create_topics([NewTopic(topic_name, 1, 1, config={"retention.ms": "10000"})])[topic_name].result(15)
     p = Producer({"bootstrap.servers": b.bootstrap, "log_level": 3})

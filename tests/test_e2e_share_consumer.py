@@ -424,7 +424,7 @@ def test_retention_deletes_records_a_group_has_in_flight(private, topic_name):
     record's acceptance still commits cleanly (Kafka skips acknowledgements below the start
     offset), the released one is archived rather than redelivered, and the group goes on from
     the new log start with no lag left."""
-    cs = private({"log.retention.check.interval.ms": "100"})
+    cs = private({"log.retention.check.interval.ms": "100", "log.initial.task.delay.ms": "100"})
     bootstrap = cs.broker.bootstrap
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     # segment.ms=1: the next append rolls the segment, which then expires at once (old timestamps)

@@ -223,7 +223,8 @@ def test_producer_whose_records_were_deleted_is_forgotten_at_restart(broker_fact
 def test_producer_whose_records_expired_by_retention_is_forgotten_at_restart(broker_factory, topic_name):
     """Retention deletes the active segment too (rolling first), so the log start reaches the log
     end: same as DeleteRecords, the producer is kept while the broker runs, forgotten at restart."""
-    b = broker_factory({"log.retention.ms": "1000", "log.retention.check.interval.ms": "200"})
+    b = broker_factory({"log.retention.ms": "1000", "log.retention.check.interval.ms": "200",
+                        "log.initial.task.delay.ms": "200"})
     with RawClient(b.bootstrap) as c:
         create_topic(c, topic_name)
         pid = init_producer_id(c).producer_id

@@ -155,6 +155,7 @@ async def test_maintenance_runs_retention_and_checkpoints(tmp_path):
         fsync=fsync,
         retention_check_interval_ms=500,
         checkpoint_interval_ms=500,
+        initial_task_delay_ms=500,
     )
     log = store.create("t", 0, TOPIC_ID, None)
     for _ in range(3):
@@ -166,6 +167,33 @@ async def test_maintenance_runs_retention_and_checkpoints(tmp_path):
     assert log.start_offset == 3  # every record expired, the active segment's too
     with open(tmp_path / "recovery-point-offset-checkpoint") as f:
         assert f.read() == "0\n1\nt 0 3\n"  # rolled segments were flushed first
+    await store.close()
+
+
+async def test_first_retention_check_and_checkpoint_come_after_the_initial_delay(tmp_path):
+    """As Kafka's LogManager schedules them: log.initial.task.delay.ms (30 s) after the start,
+    then every interval, so a restart does not keep expired data for a whole interval."""
+    clock = FakeClock(1_000_000)
+    store = FileLogStore(str(tmp_path), default_config=LogConfig(segment_bytes=1, retention_ms=1000),
+                         clock_ms=clock, fsync=CountingFsync(), retention_check_interval_ms=300_000,
+                         checkpoint_interval_ms=60_000)
+    log = store.create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(1, ts=1000))
+    checkpoint = tmp_path / "recovery-point-offset-checkpoint"
+    await store.maintenance.run_once(clock.now)  # the start
+    clock.now += 29_999
+    await store.maintenance.run_once(clock.now)
+    assert log.start_offset == 0 and "t 0" not in checkpoint.read_text()
+    clock.now += 1
+    await store.maintenance.run_once(clock.now)
+    assert log.start_offset == 1 and "t 0" in checkpoint.read_text()
+    append(log, make_batch(1, ts=1000))
+    clock.now += 299_999
+    await store.maintenance.run_once(clock.now)
+    assert log.start_offset == 1  # then every log.retention.check.interval.ms
+    clock.now += 1
+    await store.maintenance.run_once(clock.now)
+    assert log.start_offset == 2
     await store.close()
 
 
@@ -387,7 +415,8 @@ async def test_a_retention_pass_writes_the_start_offset_checkpoint_once(tmp_path
     still written at once."""
     clock = FakeClock(1_000_000)
     store = FileLogStore(str(tmp_path), default_config=LogConfig(segment_bytes=1, retention_ms=1000),
-                         clock_ms=clock, fsync=CountingFsync(), retention_check_interval_ms=500)
+                         clock_ms=clock, fsync=CountingFsync(), retention_check_interval_ms=500,
+                         initial_task_delay_ms=500)
     logs = [store.create(f"t{i}", 0, TOPIC_ID, None) for i in range(4)]
     for lg in logs:
         for _ in range(3):
@@ -401,11 +430,12 @@ async def test_a_retention_pass_writes_the_start_offset_checkpoint_once(tmp_path
     await store.maintenance.run_once(clock.now)  # arms the timers
     clock.now += 500
     await store.maintenance.run_once(clock.now)
-    assert [lg.start_offset for lg in logs] == [3] * 4 and len(writes) == 1
+    # one write by the pass, one by the periodic checkpoint of the same step
+    assert [lg.start_offset for lg in logs] == [3] * 4 and len(writes) == 2
     assert checkpoint.read_text() == "0\n0\n"  # every start is a segment base now
     append(logs[1], make_batch(1, ts=1000))
     logs[1].delete_records_before(4)
-    assert len(writes) == 2 and checkpoint.read_text() == "0\n1\nt1 0 4\n"
+    assert len(writes) == 3 and checkpoint.read_text() == "0\n1\nt1 0 4\n"
     await store.close()
 
 

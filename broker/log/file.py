@@ -94,6 +94,7 @@ class FileLogStore:
         executor=None,
         retention_check_interval_ms: int = 300_000,
         checkpoint_interval_ms: int = 60_000,
+        initial_task_delay_ms: int = 30_000,
     ) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.default_config = default_config
@@ -112,6 +113,7 @@ class FileLogStore:
             retention_pass=self._one_start_offsets_write,
             retention_check_interval_ms=retention_check_interval_ms,
             checkpoint_interval_ms=checkpoint_interval_ms,
+            initial_delay_ms=initial_task_delay_ms,
         )
         self._load()
 

@@ -8,6 +8,9 @@ one. So N concurrent producers cost at most two fsyncs, and the loop never block
 ``Maintenance`` is the one background task a store owns: flush.ms flushes, flushing segments
 that were rolled (Kafka flushes a segment when it becomes inactive), retention checks and
 checkpoint writes. ``run_once(now_ms)`` is the whole step, so tests drive it without sleeping.
+As Kafka's LogManager schedules them, the first retention check and checkpoint come
+``log.initial.task.delay.ms`` after the start, then one every interval: a restart does not
+hold expired data for a whole ``log.retention.check.interval.ms``.
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ class Maintenance:
         retention_pass: Callable[[], ContextManager[None]] = contextlib.nullcontext,
         retention_check_interval_ms: int = 300_000,
         checkpoint_interval_ms: int = 60_000,
+        initial_delay_ms: int = 30_000,
         tick_ms: int = 1_000,
     ) -> None:
         self._logs = logs
@@ -105,6 +109,7 @@ class Maintenance:
         self._retention_pass = retention_pass
         self.retention_check_interval_ms = retention_check_interval_ms
         self.checkpoint_interval_ms = checkpoint_interval_ms
+        self.initial_delay_ms = initial_delay_ms
         self.tick_ms = tick_ms
         self._next_retention: int | None = None
         self._next_checkpoint: int | None = None
@@ -119,7 +124,7 @@ class Maintenance:
                 if isinstance(res, BaseException):
                     log.error("periodic flush of %s-%d failed: %r", lg.topic, lg.partition, res)
         if self._next_retention is None:
-            self._next_retention = now_ms + self.retention_check_interval_ms
+            self._next_retention = now_ms + self.initial_delay_ms
         elif now_ms >= self._next_retention:
             self._next_retention = now_ms + self.retention_check_interval_ms
             with self._retention_pass():
@@ -130,7 +135,7 @@ class Maintenance:
                         log.exception("retention of %s-%d failed", lg.topic, lg.partition)
         if self._checkpoint is not None:
             if self._next_checkpoint is None:
-                self._next_checkpoint = now_ms + self.checkpoint_interval_ms
+                self._next_checkpoint = now_ms + self.initial_delay_ms
             elif now_ms >= self._next_checkpoint:
                 self._next_checkpoint = now_ms + self.checkpoint_interval_ms
                 await self._checkpoint()

@@ -19,6 +19,7 @@ class MemoryLogStore:
         default_config: LogConfig = LogConfig(),
         clock_ms: Callable[[], int] = wall_clock_ms,
         retention_check_interval_ms: int = 300_000,
+        initial_task_delay_ms: int = 30_000,
     ) -> None:
         self.default_config = default_config
         self._clock_ms = clock_ms
@@ -27,6 +28,7 @@ class MemoryLogStore:
             self.partitions,
             clock_ms=clock_ms,
             retention_check_interval_ms=retention_check_interval_ms,
+            initial_delay_ms=initial_task_delay_ms,
         )
 
     def _new_segment(self, base_offset: int) -> Segment:

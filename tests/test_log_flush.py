@@ -16,7 +16,7 @@ import pytest
 from broker.log import segment
 from broker.log.config import LogConfig
 from broker.log.file import FINAL_FLUSHES_AT_ONCE, FileLogStore
-from broker.log.store import KafkaStorageError
+from broker.log.store import KafkaStorageError, OffsetOutOfRange
 from protocol.records import CorruptRecordError
 
 from .test_log_support import TOPIC_ID, FakeClock, append, make_batch, stored_model
@@ -478,6 +478,35 @@ async def test_a_roll_the_disk_refuses_fails_the_append_and_the_next_one_rolls(t
     await store.close()
     store = make(tmp_path, CountingFsync(), segment_bytes=1024)
     assert [(first, last) for first, last, _ in stored_model(store.get("t", 0))] == [(0, 0), (1, 1)]
+    await store.close()
+
+
+async def test_a_retention_pass_whose_roll_the_disk_refuses_still_moves_the_start(tmp_path, monkeypatch):
+    """Retention deleted the older segments, then the roll before deleting the expired active
+    one failed (a full disk): the log start stayed on a deleted offset, so ListOffsets offered it
+    and a read there landed in the last segment. It follows the deleted segments now."""
+    clock = FakeClock(1_000_000)
+    store = FileLogStore(str(tmp_path), default_config=LogConfig(segment_ms=1, retention_ms=1000),
+                         clock_ms=clock, fsync=CountingFsync())
+    log = store.create("t", 0, TOPIC_ID, None)
+    for ts in (1000, 2000, 3000):
+        append(log, make_batch(1, ts=ts))
+    assert [s.base_offset for s in log.segments] == [0, 1, 2]
+    real_open = segment.os.open
+
+    def no_new_segment(path, flags, *args):
+        if flags & os.O_CREAT and path.endswith(".log"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(segment.os, "open", no_new_segment)
+    with pytest.raises(KafkaStorageError, match="No space left"):
+        log.apply_retention(clock.now)
+    monkeypatch.undo()
+    assert [s.base_offset for s in log.segments] == [2] and log.start_offset == 2
+    with pytest.raises(OffsetOutOfRange):
+        log.read(0, 1000)
+    assert log.apply_retention(clock.now) == 1 and log.start_offset == log.end_offset == 3
     await store.close()
 
 

@@ -441,28 +441,32 @@ class Log:
         As Kafka's ``deletableSegments``, the active segment counts too unless it is empty: an
         idle partition's last records expire like any others. Deleting every segment rolls
         first, so the log keeps one empty segment at its end offset, where the start moves.
+        The start follows the segments deleted even when that roll fails (a full disk): left
+        below the first segment, it was offered by ListOffsets and reads there hit another one.
         """
         cfg = self.config
         deleted = 0
-        if cfg.deletes:
-            if cfg.retention_ms >= 0:
-                deleted += self._delete_oldest_while(
-                    lambda seg: now_ms - seg.largest_timestamp > cfg.retention_ms, "retention.ms")
-            if cfg.retention_bytes >= 0:
-                excess = self.size - cfg.retention_bytes
+        try:
+            if cfg.deletes:
+                if cfg.retention_ms >= 0:
+                    deleted += self._delete_oldest_while(
+                        lambda seg: now_ms - seg.largest_timestamp > cfg.retention_ms, "retention.ms")
+                if cfg.retention_bytes >= 0:
+                    excess = self.size - cfg.retention_bytes
 
-                def over_size(seg: Segment) -> bool:
-                    nonlocal excess
-                    if excess < seg.size:
-                        return False
-                    excess -= seg.size
-                    return True
+                    def over_size(seg: Segment) -> bool:
+                        nonlocal excess
+                        if excess < seg.size:
+                            return False
+                        excess -= seg.size
+                        return True
 
-                deleted += self._delete_oldest_while(over_size, "retention.bytes")
-        deleted += self._drop_segments_below_start()
-        segs = self._segments
-        if segs[0].base_offset > self.start_offset:
-            self._set_start_offset(segs[0].base_offset)
+                    deleted += self._delete_oldest_while(over_size, "retention.bytes")
+            deleted += self._drop_segments_below_start()
+        finally:
+            segs = self._segments
+            if segs[0].base_offset > self.start_offset:
+                self._set_start_offset(segs[0].base_offset)
         return deleted
 
     def _delete_oldest_while(self, breached, reason: str) -> int:

@@ -211,6 +211,23 @@ def test_retention_empties_an_idle_topic(broker_factory, topic_name):
         c.close()
 
 
+def test_an_explicit_advertised_port_is_kept_when_listening_on_port_0(broker_factory):
+    """Only an advertised port 0 becomes the port the OS picked (Kafka's
+    withEphemeralPortsCorrected): with ``listeners`` on port 0 and an explicit
+    ``advertised.listeners`` (a proxy in front, say), clients are sent to the advertised port."""
+    import socket
+
+    from confluent_kafka.admin import AdminClient
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        advertised = s.getsockname()[1]
+    b = broker_factory({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{advertised}"})
+    assert b.port != advertised
+    brokers = AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 0}).list_topics(timeout=10).brokers
+    assert [(m.id, m.host, m.port) for m in brokers.values()] == [(1, "127.0.0.1", advertised)]
+
+
 def test_a_sasl_client_gets_an_authentication_error_at_once(broker):
     """PLAINTEXT only: SaslHandshake gets ILLEGAL_SASL_STATE, as from a Kafka PLAINTEXT listener,
     so librdkafka reports an authentication failure naming it (a closed connection would only

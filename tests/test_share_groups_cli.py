@@ -146,10 +146,13 @@ def test_list_describe_and_refusals_with_active_members(broker, consumers, cli, 
     assert members_of(bs, group)  # still there
 
 
-def test_describing_an_unknown_group_fails(cli):
+@pytest.mark.parametrize("variant", [(), ("--members",), ("--state", "--verbose")])
+def test_describing_an_unknown_group_fails(cli, variant):
+    """Kafka's tool prints the escaping exception's toString(): its class name, then the message."""
     group = unique_group()
-    assert cli("--describe", "--group", group) == (
-        1, "", f"Error: Executing share group command failed due to Group {group} not found.\n")
+    assert cli("--describe", "--group", group, *variant) == (
+        1, "", "Error: Executing share group command failed due to "
+               f"org.apache.kafka.common.errors.GroupIdNotFoundException: Group {group} not found.\n")
 
 
 # --- lag -------------------------------------------------------------------------------------------

@@ -48,12 +48,37 @@ T = TypeVar("T")
 TopicPartition = tuple[str, int]
 
 
+# The exception Kafka's admin client fails a result with, per error code. Where Kafka's tool
+# hands that on inside an ExecutionException, it prints the exception's toString(): the class
+# name before the message.
+_JAVA_EXCEPTIONS = {
+    ErrorCode.UNKNOWN_SERVER_ERROR: "UnknownServerException",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "UnknownTopicOrPartitionException",
+    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: "CoordinatorLoadInProgressException",
+    ErrorCode.COORDINATOR_NOT_AVAILABLE: "CoordinatorNotAvailableException",
+    ErrorCode.NOT_COORDINATOR: "NotCoordinatorException",
+    ErrorCode.INVALID_GROUP_ID: "InvalidGroupIdException",
+    ErrorCode.TOPIC_AUTHORIZATION_FAILED: "TopicAuthorizationException",
+    ErrorCode.GROUP_AUTHORIZATION_FAILED: "GroupAuthorizationException",
+    ErrorCode.UNSUPPORTED_VERSION: "UnsupportedVersionException",
+    ErrorCode.INVALID_REQUEST: "InvalidRequestException",
+    ErrorCode.KAFKA_STORAGE_ERROR: "KafkaStorageException",
+    ErrorCode.NON_EMPTY_GROUP: "GroupNotEmptyException",
+    ErrorCode.GROUP_ID_NOT_FOUND: "GroupIdNotFoundException",
+}
+
+
 class AdminError(Exception):
     """A Kafka error the tool reports: ``code`` and the broker's (or Kafka's) message."""
 
     def __init__(self, code: int, message: str | None = None) -> None:
         self.code = ErrorCode(code)
         super().__init__(message or self.code.name)
+
+    def java(self) -> str:
+        """The error as Java's ``Throwable.toString()`` prints Kafka's exception for it."""
+        name = _JAVA_EXCEPTIONS.get(self.code)
+        return f"org.apache.kafka.common.errors.{name}: {self}" if name else str(self)
 
 
 @dataclass(frozen=True)

@@ -259,7 +259,12 @@ class ShareGroupCommand:
         return list(dict.fromkeys(self.o.group))
 
     def _descriptions(self, group_ids: list[str]) -> dict:
-        return dict(sorted((g, self.admin.describe_share_group(g)) for g in group_ids))
+        """Kafka's tool lets the ExecutionException of a failed describe (an unknown group, say)
+        escape, so its message names the exception: "...GroupIdNotFoundException: Group g not found."."""
+        try:
+            return dict(sorted((g, self.admin.describe_share_group(g)) for g in group_ids))
+        except AdminError as e:
+            raise CommandError(f"Executing share group command failed due to {e.java()}") from None
 
     def describe(self) -> None:
         group_ids = self._group_ids()

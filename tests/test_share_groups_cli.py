@@ -142,7 +142,8 @@ def test_list_describe_and_refusals_with_active_members(broker, consumers, cli, 
         "Error: The group is not empty.\n")
     assert cli("--delete", "--group", group) == (1, "", (
         "Error: Deletion of some share groups failed:\n"
-        f"* Group '{group}' could not be deleted due to: Share group '{group}' is not EMPTY.\n"))
+        f"* Group '{group}' could not be deleted due to: org.apache.kafka.common.errors.GroupNotEmptyException: "
+        f"Share group '{group}' is not EMPTY.\n"))
     assert members_of(bs, group)  # still there
 
 
@@ -294,7 +295,8 @@ def test_delete_offsets_then_delete_the_group(broker, cli, topic_name):
     code, out, err = cli("--delete", "--group", group)
     assert (code, err) == (1, (
         "Error: Deletion of some share groups failed:\n"
-        f"* Group '{group}' could not be deleted due to: Group '{group}' is not a share group.\n"))
+        f"* Group '{group}' could not be deleted due to: java.lang.IllegalArgumentException: "
+        f"Group '{group}' is not a share group.\n"))
 
 
 def test_the_console_script_module_runs(broker):

@@ -12,7 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.tools.reset_specs import SpecError, parse_datetime, parse_duration
+from broker.tools.share_admin import AdminError
 from broker.tools.share_groups import ShareGroupCommand, build_parser, main
+from protocol.errors import ErrorCode
 
 # A port nothing listens on: any attempt to connect fails differently from the expected message.
 NOWHERE = "127.0.0.1:1"
@@ -113,6 +115,29 @@ def test_delete_offsets_reports_a_topic_missing_from_the_response():
     assert command.failed and err.getvalue() == ""
     assert out.getvalue() == (f"\n{'TOPIC':<15} STATUS\n{'t1':<15} Successful\n"
                               f"{'t2':<15} Error: Offset deletion result for topic \"t2\" was not included in the response\n")
+
+
+def test_delete_reports_each_failure_as_kafkas_exception():
+    """Kafka prints a failed group's exception with toString(): the Java class name comes first."""
+
+    class Admin:
+        def list_share_groups(self):
+            return [("dead", "Dead"), ("gone", "Empty")]
+
+        def delete_groups(self, group_ids):
+            return {"gone": AdminError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Not authorized to access group: gone")}
+
+    out, err = io.StringIO(), io.StringIO()
+    o = build_parser().parse_args([*B, "--delete", "--group", "dead", "--group", "gone"])
+    command = ShareGroupCommand(o, Admin(), out, err)
+    command.run()
+    assert command.failed and out.getvalue() == ""
+    assert err.getvalue() == (
+        "Error: Deletion of some share groups failed:\n"
+        "* Group 'dead' could not be deleted due to: java.lang.IllegalStateException: "
+        "Share group 'dead' group state is DEAD.\n"
+        "* Group 'gone' could not be deleted due to: org.apache.kafka.common.errors.GroupAuthorizationException: "
+        "Not authorized to access group: gone\n")
 
 
 def test_unparseable_values_and_unknown_options_are_usage_errors():

@@ -349,24 +349,26 @@ class ShareGroupCommand:
     # -- --delete
 
     def delete_groups(self) -> None:
+        """Kafka prints each failure as its exception's toString(), so every reason starts with
+        the Java class name (``...GroupNotEmptyException: Share group 'g' is not EMPTY.``)."""
         listed = dict(self.admin.list_share_groups())
         group_ids = list(listed) if self.o.all_groups else list(dict.fromkeys(self.o.group))
         failed: dict[str, str] = {}
         for group_id in group_ids:
             state = listed.get(group_id)
             if state is None:
-                failed[group_id] = f"Group '{group_id}' is not a share group."
+                failed[group_id] = f"java.lang.IllegalArgumentException: Group '{group_id}' is not a share group."
             elif state == DEAD:
-                failed[group_id] = f"Share group '{group_id}' group state is DEAD."
+                failed[group_id] = f"java.lang.IllegalStateException: Share group '{group_id}' group state is DEAD."
             elif state != EMPTY:
-                failed[group_id] = f"Share group '{group_id}' is not EMPTY."
+                failed[group_id] = AdminError(ErrorCode.NON_EMPTY_GROUP, f"Share group '{group_id}' is not EMPTY.").java()
         remaining = [g for g in group_ids if g not in failed]
         succeeded = []
         for group_id, error in (self.admin.delete_groups(remaining) if remaining else {}).items():
             if error is None:
                 succeeded.append(group_id)
             else:
-                failed[group_id] = str(error)
+                failed[group_id] = error.java()
         if not failed:
             self.p("Deletion of requested share groups (" + ", ".join(f"'{g}'" for g in succeeded) + ") was successful.")
             return

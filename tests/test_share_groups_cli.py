@@ -251,6 +251,20 @@ def test_every_reset_specification(broker, consumers, cli, topic_name):
     assert sorted((m.offset(), m.delivery_count()) for m in got) == [(o, 1) for o in range(2, 6)]
 
 
+def test_a_reset_of_a_missing_topic_fails_as_kafkas(broker, cli, topic_name):
+    """A named topic fails with describeTopics' error as is; a missing topic named only with
+    partitions fails in Kafka's partition check, which wraps the ExecutionException."""
+    create_topic(broker.bootstrap, topic_name)
+    group, missing = unique_group(), f"missing-{uuid.uuid4().hex[:6]}"
+    prefix = "Error: Executing share group command failed due to "
+    assert cli("--reset-offsets", "--group", group, "--topic", missing, "--to-earliest", "--dry-run") == (
+        1, "", prefix + "This server does not host this topic-partition.\n")
+    assert cli("--reset-offsets", "--group", group, "--topic", topic_name, "--topic", f"{missing}:0", "--to-earliest",
+               "--dry-run") == (1, "", prefix + "java.util.concurrent.ExecutionException: org.apache.kafka.common."
+                                "errors.UnknownTopicOrPartitionException: This server does not host this "
+                                "topic-partition.\n")
+
+
 def test_a_reset_discards_in_flight_state_and_delivery_counts(broker, consumers, cli, topic_name):
     bs = broker.bootstrap
     create_topic(bs, topic_name)

@@ -38,6 +38,7 @@ from protocol.messages.list_offsets_request import ListOffsetsPartition, ListOff
 from protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
 
 LIST_GROUPS, LIST_OFFSETS = 16, 2
+UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."  # Kafka's Errors.java
 EARLIEST, LATEST = -2, -1
 SHARE = "share"
 _RETRY = frozenset({ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -283,8 +284,9 @@ class ShareAdmin:
         md = self.client.metadata(list(dict.fromkeys(topics)))
         out = {}
         for t in md.topics:
-            if t.error_code:
-                raise AdminError(t.error_code, f"Topic {t.name} does not exist.")
+            if t.error_code:  # Kafka's describeTopics fails with the error's default message
+                unknown = t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                raise AdminError(t.error_code, UNKNOWN_TOPIC_MESSAGE if unknown else None)
             out[t.name] = {p.partition_index: p.leader_id for p in t.partitions}
         return out
 

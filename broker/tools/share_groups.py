@@ -454,7 +454,16 @@ class ShareGroupCommand:
                     explicit.append((topic, int(piece)))
                 except ValueError:
                     raise UsageError(f"Invalid partition '{piece}' specified in topic arg '{arg}''") from None
-        layout = self.admin.topic_partitions([*named, *(t for t, _ in explicit)])
+        # Kafka describes the named topics first (its error is printed as is), then checks the
+        # explicit partitions' topics in a helper that wraps the ExecutionException it gets
+        layout = self.admin.topic_partitions(named) if named else {}
+        unchecked = [t for t, _ in explicit if t not in layout]
+        if unchecked:
+            try:
+                layout.update(self.admin.topic_partitions(unchecked))
+            except AdminError as e:
+                raise CommandError("Executing share group command failed due to "
+                                   f"java.util.concurrent.ExecutionException: {e.java()}") from None
         missing = [f"{t}-{p}" for t, p in explicit if p not in layout[t]]
         if missing:
             raise CommandError(f'Executing share group command failed due to The partitions "{",".join(missing)}" '

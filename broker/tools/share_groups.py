@@ -361,7 +361,8 @@ class ShareGroupCommand:
             elif state == DEAD:
                 failed[group_id] = f"java.lang.IllegalStateException: Share group '{group_id}' group state is DEAD."
             elif state != EMPTY:
-                failed[group_id] = AdminError(ErrorCode.NON_EMPTY_GROUP, f"Share group '{group_id}' is not EMPTY.").java()
+                not_empty = AdminError(ErrorCode.NON_EMPTY_GROUP, f"Share group '{group_id}' is not EMPTY.")
+                failed[group_id] = not_empty.java()
         remaining = [g for g in group_ids if g not in failed]
         succeeded = []
         for group_id, error in (self.admin.delete_groups(remaining) if remaining else {}).items():

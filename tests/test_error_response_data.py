@@ -19,6 +19,8 @@ from protocol.messages.api_versions_request import ApiVersionsRequest
 from protocol.messages.delete_records_request import DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic
 from protocol.messages.describe_cluster_request import DescribeClusterRequest
 from protocol.messages.describe_log_dirs_request import DescribeLogDirsRequest
+from protocol.messages.describe_producers_request import DescribeProducersRequest
+from protocol.messages.describe_producers_request import TopicRequest as DescribeProducersTopic
 from protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest, TopicRequest
 from protocol.messages.fetch_request import FetchPartition, FetchRequest, FetchTopic
 from protocol.messages.init_producer_id_request import InitProducerIdRequest
@@ -70,6 +72,12 @@ def delete_records(v):
     ])
 
 
+def describe_producers(v):
+    return DescribeProducersRequest(topics=[DescribeProducersTopic(name="a", partition_indexes=[0, 2]),
+                                            DescribeProducersTopic(name="b", partition_indexes=[1]),
+                                            DescribeProducersTopic(name="a", partition_indexes=[0])])  # again
+
+
 def metadata(v):
     if v >= 12:
         return MetadataRequest(topics=[MetadataRequestTopic(name="a"), MetadataRequestTopic(name=None, topic_id=ID_B)])
@@ -115,6 +123,10 @@ CASES = [
     (2, list_offsets, 11, _offsets_parts, [("a", 0, E, -1, -1), ("a", 4, E, -1, -1), ("b", 1, E, -1, -1)]),
     (21, delete_records, 0, _delete_parts, [("a", 0, E, -1), ("a", 2, E, -1), ("b", 1, E, -1)]),
     (21, delete_records, 2, _delete_parts, [("a", 0, E, -1), ("a", 2, E, -1), ("b", 1, E, -1)]),
+    (61, describe_producers, 0,
+     lambda r: [(t.name, p.partition_index, p.error_code, p.error_message, p.active_producers)
+                for t in r.topics for p in t.partitions],
+     [("a", 0, E, None, []), ("a", 2, E, None, []), ("b", 1, E, None, []), ("a", 0, E, None, [])]),
     (3, metadata, 0, _metadata_topics, [("a", Z, E, []), ("b", Z, E, [])]),
     (3, metadata, 11, _metadata_topics, [("a", Z, E, []), ("b", Z, E, [])]),
     (3, metadata, 12, _metadata_topics, [("a", Z, E, []), ("", ID_B, E, [])]),

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from protocol.errors import ErrorCode
+from protocol.messages.describe_producers_request import DescribeProducersRequest
+from protocol.messages.describe_producers_request import TopicRequest as DescribeProducersTopic
 from tests.raw_client import RawClient
 from tests.test_produce_support import (
     alter_broker_config,
@@ -240,3 +243,78 @@ def test_producer_whose_records_expired_by_retention_is_forgotten_at_restart(bro
     with RawClient(b.bootstrap) as c:
         r = produce(c, topic_name, batch([b"y"], producer_id=pid, epoch=0, seq=10))
         assert (r.error_code, r.base_offset) == (0, 3)
+
+
+# -- DescribeProducers ----------------------------------------------------------------------------
+
+DESCRIBE_PRODUCERS = 61
+
+
+def describe_producers(client, *topics: tuple[str, list[int]]) -> list[tuple]:
+    """(topic, partition, error, message, [(id, epoch, last seq, last timestamp, coordinator epoch,
+    txn start)]) for each partition answered, in order."""
+    req = DescribeProducersRequest(topics=[DescribeProducersTopic(name=n, partition_indexes=ps) for n, ps in topics])
+    resp = client.request(DESCRIBE_PRODUCERS, 0, req)
+    return [(t.name, p.partition_index, p.error_code, p.error_message,
+             [(s.producer_id, s.producer_epoch, s.last_sequence, s.last_timestamp, s.coordinator_epoch,
+               s.current_txn_start_offset) for s in p.active_producers])
+            for t in resp.topics for p in t.partitions]
+
+
+def test_describe_producers_answers_the_state_and_kafkas_errors_and_survives_restarts(broker_factory, topic_name):
+    """As Kafka's handleDescribeProducersRequest: the producers the partition remembers (last
+    batch's sequence and max timestamp, epoch after a bump; no entry for plain batches); per
+    partition UNKNOWN_TOPIC_OR_PARTITION with the default message for an unknown topic, without
+    one for an unknown partition, INVALID_TOPIC_EXCEPTION with Topic.validate's message; duplicates
+    answered again. After a clean restart (snapshot) and a crash (replay) the same; an offline
+    partition is KAFKA_STORAGE_ERROR."""
+    b = broker_factory()
+    idle = topic_name + "-idle"
+    ts = int(time.time() * 1000)
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        create_topic(c, idle)
+        one, two = init_producer_id(c).producer_id, init_producer_id(c).producer_id
+        assert produce(c, topic_name, batch([b"a", b"b", b"c"], producer_id=one, epoch=0, seq=0,
+                                            timestamp_ms=ts)).error_code == 0
+        assert produce(c, topic_name, batch([b"d", b"e"], producer_id=one, epoch=0, seq=3,
+                                            timestamp_ms=ts + 5)).error_code == 0
+        assert produce(c, topic_name, batch([b"f"], producer_id=two, epoch=0, seq=0, timestamp_ms=ts)).error_code == 0
+        assert produce(c, topic_name, batch([b"g"], producer_id=two, epoch=1, seq=0,
+                                            timestamp_ms=ts + 9)).error_code == 0
+        assert produce(c, topic_name, batch([b"plain"], timestamp_ms=ts)).error_code == 0
+        producers = sorted([(one, 0, 4, ts + 5, -1, -1), (two, 1, 0, ts + 9, -1, -1)])
+        unknown = "This server does not host this topic-partition."
+        expected = [
+            (topic_name, 0, 0, None, producers),
+            (topic_name, 1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, []),
+            (topic_name, -1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, []),
+            (topic_name, 0, 0, None, producers),
+            (idle, 0, 0, None, []),
+            ("no-such-topic", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, unknown, []),
+            ("no-such-topic", 3, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, unknown, []),
+            ("bad name", 0, ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name bad name is illegal, it contains a "
+             "character other than ASCII alphanumerics, '.', '_' and '-'", []),
+            ("", 0, ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty", []),
+            (topic_name, 0, 0, None, producers),
+        ]
+        request = [(topic_name, [0, 1, -1, 0]), (idle, [0]), ("no-such-topic", [0, 3]), ("bad name", [0]),
+                   ("", [0]), (topic_name, [0])]
+        assert describe_producers(c, *request) == expected
+        assert describe_producers(c, (topic_name, [])) == []  # the topic, with no partitions
+    b.restart()  # clean: the state comes from the snapshot, loaded by the describe itself
+    with RawClient(b.bootstrap) as c:
+        assert describe_producers(c, *request) == expected
+        assert produce(c, topic_name, batch([b"h"], producer_id=one, epoch=0, seq=5,
+                                            timestamp_ms=ts + 20)).error_code == 0
+    b.kill()  # crash: the batch after the snapshot is replayed from its header
+    b.start()
+    with RawClient(b.bootstrap) as c:
+        producers = sorted([(one, 0, 5, ts + 20, -1, -1), (two, 1, 0, ts + 9, -1, -1)])
+        assert describe_producers(c, (topic_name, [0])) == [(topic_name, 0, 0, None, producers)]
+        segment = b.data_dir / f"{topic_name}-0" / ("%020d.log" % 0)
+        os.truncate(segment, segment.stat().st_size // 2)
+        assert fetch(c, topic_name, 6).error_code == ErrorCode.KAFKA_STORAGE_ERROR  # the read that finds it
+        assert describe_producers(c, (topic_name, [0]), (idle, [0])) == [
+            (topic_name, 0, ErrorCode.KAFKA_STORAGE_ERROR, None, []), (idle, 0, 0, None, [])]
+    assert "Traceback" not in b.log()

@@ -91,10 +91,12 @@ def w_cnstring(b: bytearray, s: str | None) -> None:
 
 
 def _decode_str(raw) -> str:
+    """UTF-8, with invalid bytes as U+FFFD rather than an error: Kafka reads strings with
+    ``new String(bytes, UTF_8)``, so a client id (or any string) in another encoding is served."""
     try:
         return str(raw, "utf-8")
-    except UnicodeDecodeError as e:
-        raise DecodeError(f"invalid UTF-8 in string: {e}") from None
+    except UnicodeDecodeError:
+        return str(raw, "utf-8", "replace")
 
 
 def r_nstring(buf, pos: int):

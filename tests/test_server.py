@@ -252,6 +252,18 @@ def test_fifty_pipelined_requests_are_answered_in_order(broker):
         assert got == list(range(1, 51))
 
 
+@pytest.mark.parametrize("version", [4, 12])  # request header v1 and v2
+def test_a_client_id_that_is_not_utf8_is_served(broker, version):
+    """Kafka reads the client id with ``new String(bytes, UTF_8)``, which replaces invalid bytes:
+    a client whose client.id is Latin-1 (librdkafka passes its bytes as they are) is served."""
+    head = struct.pack(">hhih", METADATA, version, 7, 4) + b"caf\xe9" + (b"\x00" if version >= 9 else b"")
+    with RawClient(broker.bootstrap) as c:
+        c.send_raw(framed(head + MetadataRequest(topics=[], allow_auto_topic_creation=False).to_bytes(version)))
+        correlation_id, body = split_response(METADATA, version, c.recv_frame())
+        assert correlation_id == 7
+        assert MetadataResponse.from_bytes(body, version).brokers
+
+
 # --- framing and malformed input (a private broker with a small request limit) -------------------
 
 

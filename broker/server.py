@@ -110,6 +110,9 @@ class Connection(asyncio.Protocol):
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                # As Kafka's acceptor: a peer that vanished (host down, no FIN or RST) is found
+                # and its connection closed even where connections.max.idle.ms is disabled.
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
             except OSError:
                 pass
         peer = transport.get_extra_info("peername") or ("", 0)

@@ -4,6 +4,7 @@ idle and stalled connections expire, and the per-IP and listener connection limi
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import subprocess
@@ -78,6 +79,27 @@ def test_bad_size_prefix_behind_requests_closes_after_answering_them(broker_fact
         c.send_raw(long_poll_then_metadata(c, "t") + struct.pack(">i", 5000) + b"x" * 100)
         assert answers_until_closed(c) == [1, 2]
     assert "request size 5000 outside [0, socket.request.max.bytes=1000]" in b.log()
+
+
+async def test_accepted_sockets_keep_alive(local):
+    """Kafka's acceptor sets SO_KEEPALIVE (and TCP_NODELAY): a client whose host vanished is
+    dropped by TCP, freeing its max.connections.per.ip slot, even with idle expiry disabled."""
+    s = socket.socket()
+    s.setblocking(False)
+    host, port = local.bootstrap.rsplit(":", 1)
+    loop = asyncio.get_running_loop()
+    try:
+        await loop.sock_connect(s, (host, int(port)))
+        for _ in range(500):
+            if local.server.connections:
+                break
+            await asyncio.sleep(0.01)
+        (conn,) = local.server.connections
+        sock = conn.transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        s.close()
 
 
 # --- idle expiry -------------------------------------------------------------------------------

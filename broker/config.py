@@ -174,6 +174,8 @@ _DEFS: list[ConfigDef] = [
        "e.g. hostName:100,127.0.0.1:200.", dynamic=True, validator=parse_ip_overrides),
     _d("num.network.threads", INT, 3, "Accepted for compatibility; kshare runs one event loop.", at_least=1),
     _d("num.io.threads", INT, 8, "Accepted for compatibility; kshare runs one event loop.", at_least=1),
+    _d("queued.max.requests", INT, 500, "Accepted for compatibility; a connection has one request in progress "
+       "at a time.", at_least=1),
     _d("request.timeout.ms", INT, 30000, "Upper bound for internal waits (e.g. acks=all)."),
     # --- topics -------------------------------------------------------------------------
     _d("auto.create.topics.enable", BOOLEAN, True, "Create unknown topics on metadata requests and produce."),

@@ -141,6 +141,8 @@ def test_describe_broker_configs(admin):
     hours = configs["log.retention.hours"]
     assert hours.value == "168" and hours.source == ConfigSource.DEFAULT_CONFIG.value
     assert not configs["log.retention.ms"].is_read_only
+    queued = configs["queued.max.requests"]  # accepted and ignored, with Kafka's default
+    assert (queued.value, queued.is_read_only, queued.is_sensitive) == ("500", True, False)
 
 
 @pytest.mark.needs_private_broker

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import time
 
 from protocol.errors import ErrorCode
@@ -14,6 +15,7 @@ from tests.test_produce_support import (
     batch,
     create_topic,
     fetch,
+    headers_of,
     init_producer_id,
     list_offset,
     produce,
@@ -315,6 +317,30 @@ def test_describe_producers_answers_the_state_and_kafkas_errors_and_survives_res
         segment = b.data_dir / f"{topic_name}-0" / ("%020d.log" % 0)
         os.truncate(segment, segment.stat().st_size // 2)
         assert fetch(c, topic_name, 6).error_code == ErrorCode.KAFKA_STORAGE_ERROR  # the read that finds it
+        assert describe_producers(c, (topic_name, [0]), (idle, [0])) == [
+            (topic_name, 0, ErrorCode.KAFKA_STORAGE_ERROR, None, []), (idle, 0, 0, None, [])]
+    assert "Traceback" not in b.log()
+
+
+def test_describe_producers_of_a_log_with_a_corrupt_batch_is_kafka_storage_error(broker_factory, topic_name):
+    """Loading the state after a crash replays the log; a batch damaged on disk stops the replay
+    (CorruptRecordError, the partition staying online). That partition answers
+    KAFKA_STORAGE_ERROR; the others in the request are still described."""
+    b = broker_factory()
+    idle = topic_name + "-idle"
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        create_topic(c, idle)
+        pid = init_producer_id(c).producer_id
+        for i in range(3):
+            assert produce(c, topic_name, batch([b"v"], producer_id=pid, epoch=0, seq=i)).error_code == 0
+    b.kill()  # no snapshot: the next load replays every batch
+    b.start()
+    with RawClient(b.bootstrap) as c:
+        size = headers_of(fetch(c, topic_name, 0, partition_max_bytes=1).records)[0].size
+        with open(b.data_dir / f"{topic_name}-0" / ("%020d.log" % 0), "r+b") as f:
+            f.seek(2 * size + 8)  # the third batch's length
+            f.write(struct.pack(">i", 5))
         assert describe_producers(c, (topic_name, [0]), (idle, [0])) == [
             (topic_name, 0, ErrorCode.KAFKA_STORAGE_ERROR, None, []), (idle, 0, 0, None, [])]
     assert "Traceback" not in b.log()

@@ -23,7 +23,7 @@ from protocol.messages.describe_producers_response import (
     TopicResponse,
 )
 
-from ..log import KafkaStorageError
+from ..log import READ_ERRORS
 from ..topics import validate_topic_name
 from ._admin import default_message
 
@@ -43,7 +43,7 @@ def active_producers(broker, topic, partition: int) -> PartitionResponse:
     try:
         # Loads the partition's state (snapshot plus replay) if nothing was appended since start-up.
         state = broker.partitions.producer_state(lg)
-    except (OSError, KafkaStorageError) as e:
+    except (OSError, *READ_ERRORS) as e:  # a failed read, or a corrupt batch in the replay
         log.warning("DescribeProducers: cannot load the producer state of %s-%d: %s", topic.name, partition, e)
         return PartitionResponse(partition_index=partition, error_code=ErrorCode.KAFKA_STORAGE_ERROR)
     return PartitionResponse(partition_index=partition, error_code=ErrorCode.NONE, active_producers=[

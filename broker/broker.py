@@ -134,7 +134,7 @@ class Broker:
             self.metrics_bound = await self.metrics.serve(*self.metrics_address)
             self.server.request_metrics = self.metrics.requests  # before the first connection
         bound_host, bound_port = await self.server.start(host, port)
-        if self.port == 0:
+        if self.config.advertised_address()[1] == 0:
             self.port = bound_port  # advertised port 0 (tests): the OS's pick (Kafka's withEphemeralPortsCorrected)
         self.store.start()
         self.partitions.start()

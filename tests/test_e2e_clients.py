@@ -219,10 +219,10 @@ def test_an_explicit_advertised_port_is_kept_when_listening_on_port_0(broker_fac
 
     from confluent_kafka.admin import AdminClient
 
-    with socket.socket() as s:
+    with socket.socket() as s:  # held while the broker starts, so the OS cannot give it this port
         s.bind(("127.0.0.1", 0))
         advertised = s.getsockname()[1]
-    b = broker_factory({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{advertised}"})
+        b = broker_factory({"advertised.listeners": f"PLAINTEXT://127.0.0.1:{advertised}"})
     assert b.port != advertised
     brokers = AdminClient({"bootstrap.servers": b.bootstrap, "log_level": 0}).list_topics(timeout=10).brokers
     assert [(m.id, m.host, m.port) for m in brokers.values()] == [(1, "127.0.0.1", advertised)]

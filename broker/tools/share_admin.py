@@ -66,6 +66,11 @@ _JAVA_EXCEPTIONS = {
     ErrorCode.KAFKA_STORAGE_ERROR: "KafkaStorageException",
     ErrorCode.NON_EMPTY_GROUP: "GroupNotEmptyException",
     ErrorCode.GROUP_ID_NOT_FOUND: "GroupIdNotFoundException",
+    ErrorCode.REQUEST_TIMED_OUT: "TimeoutException",
+    ErrorCode.LEADER_NOT_AVAILABLE: "LeaderNotAvailableException",
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: "NotLeaderOrFollowerException",
+    ErrorCode.INVALID_TOPIC_EXCEPTION: "InvalidTopicException",
+    ErrorCode.UNKNOWN_TOPIC_ID: "UnknownTopicIdException",
 }
 
 

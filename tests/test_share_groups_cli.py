@@ -7,6 +7,7 @@ receive afterwards."""
 from __future__ import annotations
 
 import io
+import socket
 import subprocess
 import sys
 import time
@@ -86,6 +87,14 @@ def wait_for_assignment(bootstrap, group, consumers_, partitions: int) -> None:
             c.poll(0.1)
 
 
+def client_host(bootstrap: str) -> str:
+    """The HOST Kafka's tool shows for this test's consumers: the address the broker sees them
+    connect from ("/127.0.0.1" on loopback; the e2e container's own address under compose)."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host.strip("[]"), int(port)), TIMEOUT) as s:
+        return "/" + s.getsockname()[0]
+
+
 def iso(ms: int) -> str:
     """--to-datetime text for a time in ms (UTC, no zone: Kafka reads it as UTC)."""
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
@@ -120,7 +129,7 @@ def test_list_describe_and_refusals_with_active_members(broker, consumers, cli, 
                         f"{'MEMBER-EPOCH':<13} ASSIGNMENT")
     rows = [line.split() for line in lines[2:4]]
     assert [r[1] for r in rows] == ids
-    assert {r[0] for r in rows} == {group} and {r[2] for r in rows} == {"/127.0.0.1"}
+    assert {r[0] for r in rows} == {group} and {r[2] for r in rows} == {client_host(bs)}
     assert sorted(r[6] for r in rows) == [f"{topic_name}:0", f"{topic_name}:1"] and {r[4] for r in rows} == {"1"}
     assert lines[4:] == [""]
 

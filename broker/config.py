@@ -376,6 +376,7 @@ class BrokerConfig:
         self._values = self._resolved(self.dynamic, self.dynamic_default)
         self._raw = None
         self.listener_max_connections()  # validated at start, as Kafka's listener config
+        self.advertised_address()
 
     def _resolved(self, dynamic: Mapping[str, str], dynamic_default: Mapping[str, str]) -> dict[str, Any]:
         """Every property's value with these dynamic layers, or ConfigError as Kafka's KafkaConfig."""
@@ -529,8 +530,14 @@ class BrokerConfig:
         return self["max.connections"] if raw is None else DEFS["max.connections"].parse(raw)
 
     def advertised_address(self) -> tuple[str, int]:
+        """(host, port) clients are sent to: ``advertised.listeners``, else ``listeners``. As
+        Kafka's KafkaConfig, 0.0.0.0 is refused there: no client can connect to it."""
         adv = self["advertised.listeners"]
-        return parse_listener(adv[0]) if adv else self.listener_address()
+        host, port = parse_listener(adv[0]) if adv else self.listener_address()
+        if host == "0.0.0.0":
+            raise ConfigError("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. "
+                              "Use a routable IP address.")
+        return host, port
 
 
 def parse_listener(uri: str) -> tuple[str, int]:

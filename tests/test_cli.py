@@ -179,6 +179,10 @@ def test_default_data_dir_is_dot_data(tmp_path):
         (["--override", "no-equals-sign"], "--override expects KEY=VALUE"),
         (["--log-level", "LOUD"], "invalid choice"),
         (["--port", "ninety"], "invalid int value"),
+        # Kafka refuses the meta-address there (also when it comes from listeners, e.g. --host
+        # 0.0.0.0 alone; the test keeps the broker on loopback should the check go missing)
+        (["--override", "advertised.listeners=PLAINTEXT://0.0.0.0:9092"],
+         "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0"),
         pytest.param(["--config", "/nonexistent/server.properties"], "/nonexistent/server.properties"),
     ],
 )

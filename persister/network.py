@@ -35,6 +35,7 @@ import random
 import struct
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from uuid import UUID
 
 from coordinator.share.routing import key_string
@@ -137,6 +138,17 @@ class _Connection:
             self._task.cancel()
 
 
+@dataclass(slots=True)
+class _Stamp:
+    """A coordinator key's latest write, kept while any write of the key is in flight (module
+    docstring: a retried write goes out with these values)."""
+
+    in_flight: int
+    state_epoch: int
+    start_offset: int
+    delivery_complete_count: int
+
+
 class RemoteShareCoordinator:
     """The share coordinator service's five methods, answered by whichever broker
     coordinates each key (see the module docstring for lookups and retries)."""
@@ -162,9 +174,7 @@ class RemoteShareCoordinator:
         self._coordinators: dict[str, Node] = {}  # coordinator key -> node
         self._connections: dict[Node, _Connection] = {}
         self._connecting: dict[Node, asyncio.Future] = {}
-        # coordinator key -> [writes in flight, state epoch, start offset, delivery-complete
-        # count] of its latest write, while any is in flight (module docstring)
-        self._stamps: dict[str, list] = {}
+        self._stamps: dict[str, _Stamp] = {}  # coordinator key -> its latest write's, while in flight
 
     # --- the service interface ------------------------------------------------------------------
 
@@ -180,16 +190,16 @@ class RemoteShareCoordinator:
             for p in t.partitions:
                 key = key_string(request.group_id, t.topic_id, p.partition)
                 stamp = self._stamps.get(key)
-                in_flight = stamp[0] if stamp is not None else 0
-                self._stamps[key] = [in_flight + 1, p.state_epoch, p.start_offset, p.delivery_complete_count]
+                in_flight = stamp.in_flight if stamp is not None else 0
+                self._stamps[key] = _Stamp(in_flight + 1, p.state_epoch, p.start_offset, p.delivery_complete_count)
                 keys.append(key)
         try:
             return await self._call(WRITE, version, request)
         finally:
             for key in keys:
                 stamp = self._stamps[key]
-                stamp[0] -= 1
-                if not stamp[0]:
+                stamp.in_flight -= 1
+                if not stamp.in_flight:
                     del self._stamps[key]
 
     async def delete_state(self, request):
@@ -315,9 +325,10 @@ class RemoteShareCoordinator:
                 sub = topics[t.topic_id] = t.copy(partitions=[])
             if api_key == WRITE:
                 stamp = self._stamps.get(key_string(request.group_id, t.topic_id, p.partition))
-                if stamp is not None and stamp[1] == p.state_epoch \
-                        and (stamp[2], stamp[3]) != (p.start_offset, p.delivery_complete_count):
-                    p = p.copy(start_offset=stamp[2], delivery_complete_count=stamp[3])
+                if stamp is not None and stamp.state_epoch == p.state_epoch and (
+                        stamp.start_offset != p.start_offset
+                        or stamp.delivery_complete_count != p.delivery_complete_count):
+                    p = p.copy(start_offset=stamp.start_offset, delivery_complete_count=stamp.delivery_complete_count)
             sub.partitions.append(p)
         return request.copy(topics=list(topics.values()))
 

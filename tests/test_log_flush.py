@@ -411,8 +411,8 @@ async def test_close_flushes_a_bounded_number_of_logs_at_once(tmp_path):
 
 async def test_a_retention_pass_writes_the_start_offset_checkpoint_once(tmp_path, monkeypatch):
     """Once per pass, not per moved start: that checkpoint lists every partition, so writing it
-    per moved start made a pass over thousands of partitions O(partitions^2). A start moved outside a pass (DeleteRecords) is
-    still written at once."""
+    per moved start made a pass over thousands of partitions O(partitions^2). A start moved
+    outside a pass (DeleteRecords) is still written at once."""
     clock = FakeClock(1_000_000)
     store = FileLogStore(str(tmp_path), default_config=LogConfig(segment_bytes=1, retention_ms=1000),
                          clock_ms=clock, fsync=CountingFsync(), retention_check_interval_ms=500,

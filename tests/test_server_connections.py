@@ -84,22 +84,19 @@ def test_bad_size_prefix_behind_requests_closes_after_answering_them(broker_fact
 async def test_accepted_sockets_keep_alive(local):
     """Kafka's acceptor sets SO_KEEPALIVE (and TCP_NODELAY): a client whose host vanished is
     dropped by TCP, freeing its max.connections.per.ip slot, even with idle expiry disabled."""
-    s = socket.socket()
-    s.setblocking(False)
-    host, port = local.bootstrap.rsplit(":", 1)
-    loop = asyncio.get_running_loop()
+    def connect_and_ask() -> RawClient:  # answered: the broker has accepted the connection
+        c = RawClient(local.bootstrap)
+        c.request(METADATA, 12, MetadataRequest(topics=[], allow_auto_topic_creation=False))
+        return c
+
+    c = await asyncio.to_thread(connect_and_ask)
     try:
-        await loop.sock_connect(s, (host, int(port)))
-        for _ in range(500):
-            if local.server.connections:
-                break
-            await asyncio.sleep(0.01)
         (conn,) = local.server.connections
         sock = conn.transport.get_extra_info("socket")
         assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
     finally:
-        s.close()
+        c.close()
 
 
 # --- idle expiry -------------------------------------------------------------------------------

@@ -117,10 +117,14 @@ def test_effective_values():
     assert (e.streams_num_standby_replicas, e.streams_initial_rebalance_delay_ms) == (0, 3000)
     e = effective({"share.record.lock.duration.ms": "20000"}, {"group.share.heartbeat.interval.ms": "7000"})
     assert (e.share_record_lock_duration_ms, e.share_heartbeat_interval_ms) == (20000, 7000)
-    # a stored value outside bounds the broker tightened later is clamped; garbage falls back
-    e = effective({"share.session.timeout.ms": "59000", "share.heartbeat.interval.ms": "x"},
-                  {"group.share.max.session.timeout.ms": "50000"})
-    assert (e.share_session_timeout_ms, e.share_heartbeat_interval_ms) == (50000, 5000)
+    # a stored value outside bounds the broker tightened later is used as stored (Kafka 4.2);
+    # garbage falls back to the broker value
+    e = effective({"share.session.timeout.ms": "59000", "share.heartbeat.interval.ms": "x",
+                   "share.record.lock.duration.ms": "10000"},
+                  {"group.share.max.session.timeout.ms": "50000",
+                   "group.share.min.record.lock.duration.ms": "15000"})
+    assert (e.share_session_timeout_ms, e.share_heartbeat_interval_ms, e.share_record_lock_duration_ms) == (
+        59000, 5000, 10000)
 
 
 def test_describe_defaults():

@@ -239,9 +239,9 @@ def validate(group_props: Mapping[str, str], broker_config: Mapping[str, str]) -
 
 @dataclass(frozen=True, slots=True)
 class EffectiveGroupConfig:
-    """Typed values a group runs with. Numbers outside the broker's current min/max
-    (possible when the broker bounds changed after the group config was set) are
-    clamped into them, so a group can never run outside what the broker allows."""
+    """Typed values a group runs with. A stored number outside the broker's current min/max
+    (the bounds changed after it was set) is used as stored, as Kafka 4.2's
+    GroupConfigManager does; the bounds are checked only when a config is altered."""
 
     share_session_timeout_ms: int
     share_heartbeat_interval_ms: int
@@ -261,21 +261,6 @@ class EffectiveGroupConfig:
     overrides: Mapping[str, str] = field(default_factory=dict)
 
 
-_CLAMPS = {
-    "consumer.session.timeout.ms": ("group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms"),
-    "consumer.heartbeat.interval.ms": ("group.consumer.min.heartbeat.interval.ms",
-                                       "group.consumer.max.heartbeat.interval.ms"),
-    "share.session.timeout.ms": ("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"),
-    "share.heartbeat.interval.ms": ("group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"),
-    "share.record.lock.duration.ms": ("group.share.min.record.lock.duration.ms",
-                                      "group.share.max.record.lock.duration.ms"),
-    "streams.session.timeout.ms": ("group.streams.min.session.timeout.ms", "group.streams.max.session.timeout.ms"),
-    "streams.heartbeat.interval.ms": ("group.streams.min.heartbeat.interval.ms",
-                                      "group.streams.max.heartbeat.interval.ms"),
-    "streams.num.standby.replicas": (None, "group.streams.max.standby.replicas"),
-}
-
-
 def effective(group_props: Mapping[str, str], broker_config: Mapping[str, str]) -> EffectiveGroupConfig:
     """The values a group uses now. A stored value that no longer parses (it was valid
     when set) falls back to the broker-derived default rather than breaking the group."""
@@ -290,12 +275,6 @@ def effective(group_props: Mapping[str, str], broker_config: Mapping[str, str]) 
                 value = None
         if value is None:
             value = _broker_default(definition, broker_config)
-        elif definition.name in _CLAMPS:
-            low, high = _CLAMPS[definition.name]
-            if low is not None:
-                value = max(value, broker_value(low, broker_config))
-            if high is not None:
-                value = min(value, broker_value(high, broker_config))
         values[definition.name] = value
     return EffectiveGroupConfig(
         share_session_timeout_ms=values["share.session.timeout.ms"],

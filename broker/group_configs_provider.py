@@ -2,7 +2,8 @@
 IncrementalAlterConfigs, stored by the group coordinator's runtime.
 
 Kafka 4.2 behaviour: any group name but the empty one works, whether or not the group exists
-(empty: INVALID_REQUEST "Group name must not be empty"); describe lists every group config
+(empty: INVALID_REQUEST, with ConfigHelper's message to a describe and the controller's to an
+alteration); describe lists every group config
 with its source and synonyms (``coordinator.group.configs.describe``); an alteration is
 validated as the group's complete new set against the broker's ``group.*`` bounds and refused
 whole with INVALID_CONFIG (unknown names, bad values, out of bounds). None of the group
@@ -33,9 +34,9 @@ def _runtime(broker: Broker) -> GroupCoordinatorRuntime:
     return runtime
 
 
-def _check_name(name: str) -> None:
+def _check_name(name: str, message: str) -> None:
     if not name:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+        raise KafkaError(ErrorCode.INVALID_REQUEST, message)
 
 
 def _no_list_type(name: str) -> None:
@@ -44,7 +45,7 @@ def _no_list_type(name: str) -> None:
 
 class GroupConfigProvider:
     def describe(self, broker: Broker, name: str, keys: list[str] | None) -> list[ConfigEntry]:
-        _check_name(name)
+        _check_name(name, "Group name must not be empty")
         cfg = broker.config
         entries = group_configs.describe(
             _runtime(broker).group_configs(name), group_broker_properties(cfg.static),
@@ -59,7 +60,7 @@ class GroupConfigProvider:
         ]
 
     def _replace(self, broker: Broker, name: str, new: dict[str, str], validate_only: bool) -> None:
-        _check_name(name)
+        _check_name(name, "Default group resources are not allowed.")
         runtime = _runtime(broker)
         try:
             group_configs.validate(new, runtime.broker_config)

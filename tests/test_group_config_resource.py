@@ -141,11 +141,13 @@ def test_raw_requests_empty_name_and_legacy_alter(broker, group):
                                                IAlterable("share.session.timeout.ms", 0, "50000")]),
         ], validate_only=False))
         assert [(r.error_code, r.error_message) for r in resp.responses] == [
-            (42, "Group name must not be empty"), (0, None)]
+            (42, "Default group resources are not allowed."), (0, None)]
         # legacy AlterConfigs replaces the whole set
         resp = client.request(ALTER_CONFIGS, 2, AlterConfigsRequest(resources=[
-            AlterConfigsResource(GROUP_TYPE, group, [AlterableConfig("share.session.timeout.ms", "55000")])]))
-        assert resp.responses[0].error_code == 0
+            AlterConfigsResource(GROUP_TYPE, group, [AlterableConfig("share.session.timeout.ms", "55000")]),
+            AlterConfigsResource(GROUP_TYPE, "", [AlterableConfig("share.session.timeout.ms", "55000")])]))
+        assert [(r.error_code, r.error_message) for r in resp.responses] == [
+            (0, None), (42, "Default group resources are not allowed.")]
         resp = client.request(DESCRIBE_CONFIGS, 4, DescribeConfigsRequest(resources=[
             DescribeConfigsResource(GROUP_TYPE, group, ["share.session.timeout.ms", "share.heartbeat.interval.ms"]),
             DescribeConfigsResource(GROUP_TYPE, "", None),

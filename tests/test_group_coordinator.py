@@ -509,3 +509,32 @@ def test_decode_ignores_other_record_types_and_roundtrips_tombstones():
     assert value[:2] == b"\x00\x00"
     with pytest.raises(ValueError):
         rec.decode(key, b"\x00\x01" + value[2:])
+
+
+def test_metadata_hash_is_kafkas_xxh3_over_hash4j_encoding():
+    """Utils.computeTopicHash / computeGroupHash: XXH3-64 of magic 0, the id's most and least
+    significant longs, putString(name) (UTF-16LE units, then their count), the partition count
+    and each partition index, all little-endian; the group hash covers the existing topics'
+    hashes in name order."""
+    import struct
+
+    import xxhash
+
+    from coordinator.group.topics import metadata_hash
+
+    assert xxhash.xxh3_64_intdigest(b"") == 0x2D06800538D394C2  # the reference XXH3-64, seed 0
+    foo = TopicInfo(uuid.UUID("0123456789abcdef" "fedcba9876543210"), "foo", 2)
+    foo_bytes = bytes.fromhex(
+        "00" "efcdab8967452301" "1032547698badcfe"   # magic, most then least significant bits
+        "66006f006f00" "03000000"                    # "foo" as UTF-16LE, then its length
+        "02000000" "00000000" "01000000")            # two partitions: 0 and 1, no racks
+    foo_hash = xxhash.xxh3_64_intdigest(foo_bytes)
+    topics = TopicsImage([foo, ORDERS])
+    expected = xxhash.xxh3_64_intdigest(struct.pack("<Q", foo_hash))
+    assert metadata_hash(["foo", "missing"], topics) == struct.unpack("<q", struct.pack("<Q", expected))[0]
+    orders_hash = xxhash.xxh3_64_intdigest(
+        b"\x00" + (0).to_bytes(8, "little") + (0xA1).to_bytes(8, "little")
+        + "orders".encode("utf-16-le") + struct.pack("<i", 6) + struct.pack("<7i", 6, *range(6)))
+    both = xxhash.xxh3_64_intdigest(struct.pack("<QQ", foo_hash, orders_hash))  # "foo" < "orders"
+    assert metadata_hash(["orders", "foo"], topics) == struct.unpack("<q", struct.pack("<Q", both))[0]
+    assert metadata_hash(["missing"], topics) == 0

@@ -5,18 +5,19 @@ it an object with ``topic_by_name`` / ``topic_by_id``. ``TopicsImage`` is a smal
 immutable implementation for tests and for callers without a registry of their own.
 
 Kafka stores a hash of the subscribed topics' metadata in ShareGroupMetadataValue and
-bumps the group epoch when it changes. Only internal consistency matters (the value is
-never compared with Kafka's), so this is a 64-bit BLAKE2b over the topic id, name and
-partition count of every subscribed topic that exists, in topic-name order.
+bumps the group epoch when it changes. It is computed as Kafka's ``Utils.computeTopicHash`` /
+``computeGroupHash`` do (XXH3-64 over hash4j's little-endian encoding), so a Kafka broker
+reading these records sees the hash it would compute itself and rebalances nothing.
 """
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import uuid
 from dataclasses import dataclass
 from typing import Iterable, Protocol
+
+import xxhash
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,21 +69,29 @@ class TopicsImage:
 EMPTY_TOPICS = TopicsImage()
 
 
-def _topic_hash(topic: TopicInfo) -> bytes:
-    name = topic.name.encode("utf-8")
-    body = b"\x00" + topic.topic_id.bytes + struct.pack(">i", len(name)) + name
-    body += struct.pack(">i", topic.num_partitions)
-    return hashlib.blake2b(body, digest_size=8).digest()
+def _hash4j_string(text: str) -> bytes:
+    """hash4j's ``putString``: the UTF-16 code units, little-endian, then the unit count."""
+    units = text.encode("utf-16-le")
+    return units + struct.pack("<i", len(units) // 2)
+
+
+def _topic_hash(topic: TopicInfo) -> int:
+    """Kafka's topic hash: magic byte 0, the id's two longs, the name, the partition count
+    and each partition index. Partitions would add their replicas' racks; kshare has none."""
+    body = b"\x00" + struct.pack("<qq", *struct.unpack(">qq", topic.topic_id.bytes))
+    body += _hash4j_string(topic.name) + struct.pack("<i", topic.num_partitions)
+    body += b"".join(struct.pack("<i", i) for i in range(topic.num_partitions))
+    return xxhash.xxh3_64_intdigest(body)
 
 
 def metadata_hash(subscribed_names: Iterable[str], topics: TopicLookup) -> int:
-    """Signed 64-bit hash of the existing subscribed topics (0 when there are none)."""
+    """Signed 64-bit hash of the existing subscribed topics in name order (0 when there are
+    none): XXH3-64 over their topic hashes."""
     parts = []
     for name in sorted(set(subscribed_names)):
         topic = topics.topic_by_name(name)
         if topic is not None:
-            parts.append(_topic_hash(topic))
+            parts.append(struct.pack("<Q", _topic_hash(topic)))
     if not parts:
         return 0
-    digest = hashlib.blake2b(b"".join(parts), digest_size=8).digest()
-    return struct.unpack(">q", digest)[0]
+    return struct.unpack("<q", struct.pack("<Q", xxhash.xxh3_64_intdigest(b"".join(parts))))[0]

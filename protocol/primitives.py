@@ -9,6 +9,7 @@ Every reader checks lengths against the buffer: a malformed request must raise
 
 from __future__ import annotations
 
+import codecs
 import struct
 from uuid import UUID
 
@@ -90,13 +91,28 @@ def w_cnstring(b: bytearray, s: str | None) -> None:
         w_cstring(b, s)
 
 
+def _java_replace(err: UnicodeDecodeError) -> tuple[str, int]:
+    """One U+FFFD per malformed sequence as Java's decoder counts them. They agree with
+    Python's "replace" except on an encoded surrogate (ED A0-BF ..), which Java reads as one
+    sequence of up to three bytes where Python replaces each byte."""
+    raw, start = err.object, err.start
+    if raw[start] == 0xED and start + 1 < len(raw) and 0xA0 <= raw[start + 1] <= 0xBF:
+        whole = start + 2 < len(raw) and raw[start + 2] & 0xC0 == 0x80
+        return "\ufffd", start + (3 if whole else 2)
+    return "\ufffd", err.end
+
+
+codecs.register_error("kshare-java-replace", _java_replace)
+
+
 def _decode_str(raw) -> str:
     """UTF-8, with invalid bytes as U+FFFD rather than an error: Kafka reads strings with
-    ``new String(bytes, UTF_8)``, so a client id (or any string) in another encoding is served."""
+    ``new String(bytes, UTF_8)``, so a client id (or any string) in another encoding is served,
+    and a group id hashes to the partition Kafka would pick."""
     try:
         return str(raw, "utf-8")
     except UnicodeDecodeError:
-        return str(raw, "utf-8", "replace")
+        return str(raw, "utf-8", "kshare-java-replace")
 
 
 def r_nstring(buf, pos: int):

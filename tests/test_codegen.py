@@ -152,6 +152,28 @@ def test_request_header_v2_keeps_a_classic_client_id():
     assert h.to_bytes(1) == struct.pack(">hhih", 18, 3, 7, 7) + b"rdkafka"
 
 
+# (bytes, UTF-16 code units) as Java 17's new String(bytes, UTF_8) decodes them
+_JAVA_UTF8 = [
+    ("63616fe9", "00630061006ffffd"), ("eda080", "fffd"), ("eda041", "fffd0041"),
+    ("41eda0", "0041fffd"), ("ededa0eef808", "fffdfffdfffdfffd0008"), ("80eda8", "fffdfffd"),
+    ("41edb2e0f497f4", "0041fffdfffdfffdfffdfffd"), ("eda91542c0f3f8", "fffd00150042fffdfffdfffd"),
+    ("f0908041", "fffd0041"), ("e18041", "fffd0041"), ("c0af", "fffdfffd"),
+    ("f4908080", "fffdfffdfffdfffd"), ("f09f98", "fffd"), ("e282ac", "20ac"),
+]
+
+
+@pytest.mark.parametrize("raw, utf16", _JAVA_UTF8)
+def test_malformed_utf8_decodes_as_java_does(raw, utf16):
+    """Java replaces an encoded surrogate (ED A0-BF ..) as one sequence where Python's own
+    "replace" gives a U+FFFD per byte; a group id must decode, and so hash to a partition,
+    exactly as on Kafka."""
+    from protocol.primitives import r_string
+
+    data = bytes.fromhex(raw)
+    value, pos = r_string(struct.pack(">h", len(data)) + data, 0)
+    assert (value.encode("utf-16-be").hex(), pos) == (utf16, 2 + len(data))
+
+
 def test_api_versions_response_tagged_fields():
     from protocol.messages.api_versions_response import ApiVersionsResponse, ApiVersion, FinalizedFeatureKey
 

@@ -27,6 +27,7 @@ from broker.handlers import describe_share_group_offsets as describe_handler
 from broker.handlers import produce as produce_handler
 from broker.log.memory import MemoryLogStore
 from broker.share.manager import FetchParams
+from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_share_group_offsets_request import (
     AlterShareGroupOffsetsRequest,
     AlterShareGroupOffsetsRequestPartition,
@@ -241,3 +242,49 @@ def test_the_kip_example_has_lag_7(local):
     n = next(_names) - 1
     p = local.loop.run_until_complete(describe(local.broker, f"lag-group-{n}", f"lag-{n}"))
     assert (p.start_offset, p.leader_epoch, p.lag) == (2, 0, 7)
+
+
+def _describe_raw(b, group: str, topic: str):
+    req = DescribeShareGroupOffsetsRequest(groups=[DescribeShareGroupOffsetsRequestGroup(
+        group_id=group, topics=[DescribeShareGroupOffsetsRequestTopic(topic_name=topic, partitions=[0])])])
+    return describe_handler.handle(ctx(b, 90, 1), req)
+
+
+def test_a_failing_persister_is_a_group_level_error(local, monkeypatch):
+    """Kafka fails the whole group when ReadShareGroupStateSummary fails: its code (or
+    UNKNOWN_SERVER_ERROR with the failure's text for an unexpected one), and no topics."""
+    ops = [("produce", 2), ("fetch", "member-a", 2), ("ack", "member-a", ACCEPT, 0, 1)]
+    local.loop.run_until_complete(run_ops(local, ops))
+    n = next(_names) - 1
+    runtime = local.broker.group_coordinator
+
+    class Failing:
+        def __init__(self, error):
+            self.error = error
+
+        async def read_summary(self, group_id, pairs):
+            raise self.error
+
+    for error, code, message in [
+        (RuntimeError("disk on fire"), ErrorCode.UNKNOWN_SERVER_ERROR, "disk on fire"),
+        (KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE), ErrorCode.COORDINATOR_NOT_AVAILABLE,
+         "The coordinator is not available."),
+    ]:
+        monkeypatch.setattr(runtime, "_persister", lambda error=error: Failing(error))
+        (g,) = local.loop.run_until_complete(_describe_raw(local.broker, f"lag-group-{n}", f"lag-{n}")).groups
+        assert (g.error_code, g.error_message, g.topics) == (code, message, [])
+
+
+def test_a_partition_whose_log_is_gone_has_its_own_error(local, monkeypatch):
+    """A topic deleted between the summary read and the end-offset lookup: the partition, not
+    the group, answers UNKNOWN_TOPIC_OR_PARTITION with Kafka's message."""
+    ops = [("produce", 2), ("fetch", "member-a", 2), ("ack", "member-a", ACCEPT, 0, 1)]
+    local.loop.run_until_complete(run_ops(local, ops))
+    n = next(_names) - 1
+    real_get = local.broker.store.get
+    monkeypatch.setattr(local.broker.store, "get",
+                        lambda topic, partition: None if topic == f"lag-{n}" else real_get(topic, partition))
+    (g,) = local.loop.run_until_complete(_describe_raw(local.broker, f"lag-group-{n}", f"lag-{n}")).groups
+    assert g.error_code == 0
+    (p,) = g.topics[0].partitions
+    assert (p.error_code, p.error_message) == (3, "This server does not host this topic-partition.")

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.test_share_manager import new_broker  # noqa: E402
+from tests.test_share_wire_support import share_partition  # noqa: E402
 
 FORMATS = {"text": "", "openmetrics": "application/openmetrics-text; version=1.0.0"}
 
@@ -55,7 +56,7 @@ async def main(groups: int, partitions: int, runs: int) -> None:
             topic_id = b.topics.create("t", partitions).topic_id
             for g in range(groups):
                 for p in range(partitions):
-                    sp = await b.share_manager.partition(f"group-{g}", topic_id, p, "t")
+                    sp = await share_partition(b, f"group-{g}", topic_id, p, "t")
                     sp.acquire("m", [(0, 4)], fetch_offset=0, max_records=500, batch_size=500)
             print(f"{groups * partitions} share partitions, {runs} runs, medians")
             for name, accept in FORMATS.items():

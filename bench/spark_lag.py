@@ -713,6 +713,8 @@ class CpuMeter:
     def _sample(self) -> tuple[dict[int, float], float, float]:
         ours = {0: time.process_time()}
         for pid in _own_processes():
+            if pid == self.broker_pid:
+                continue  # a child too, but counted on its own
             try:
                 ours[pid] = self._cpu(pid)
             except (OSError, ValueError, IndexError):

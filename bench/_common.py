@@ -48,6 +48,8 @@ def busy_cpu_seconds() -> float:
 
 def percentile(values: list[float], pct: float) -> float:
     """The ``pct`` percentile of ``values`` (linear interpolation between closest ranks)."""
+    if not 0 < pct < 100:
+        raise ValueError(f"percentile {pct} is not between 0 and 100")
     if not values:
         return float("nan")
     if len(values) == 1:

@@ -164,7 +164,7 @@ def main() -> int:
             c = control(idle / 1000)
             rows.setdefault(("control", idle), []).append((statistics.median(c) * 1e3, percentile(c, 99) * 1e3))
     print(f"\nmedians over {args.runs} runs (the control: pure Python work in this process, ms)")
-    print("| system | idle before the ack ms | ack p50 ms | ack p99 ms |")
+    print("| system | idle before each ack ms | ack p50 ms | ack p99 ms |")
     print("|---|---|---|---|")
     for (system, idle), xs in rows.items():
         print(f"| {system} | {idle:g} | {statistics.median(x[0] for x in xs):.3f} "

@@ -607,6 +607,8 @@ def main() -> int:
     if bad:
         ap.error(f"unknown {bad}")
     if args.py_spy:
+        if not (Path(sys.executable).parent / "py-spy").exists():
+            ap.error("--py-spy needs py-spy in this venv: .venv/bin/pip install py-spy")
         Path(args.py_spy).mkdir(parents=True, exist_ok=True)
     redis_binary = None
     if "redis" in args.systems:

@@ -4,8 +4,9 @@ Against a broker subprocess, confluent-kafka's AdminClient creates ``--topics`` 
 topics in CreateTopics requests of ``--batch`` topics, then the broker is stopped (SIGTERM) and
 started again, twice (the second stop follows a start with nothing written since: an idle
 broker's stop), then every topic is deleted in DeleteTopics requests of ``--batch``. Reported:
-the total of each phase, the last batch of each (the cost per topic once the broker holds them
-all: a cost that grows with the number of topics shows here), and the stop and start times.
+the total of each phase, the last batch of the creations and the first of the deletions (the
+cost per topic while the broker holds them all: a cost that grows with the number of topics
+shows here), and the stop and start times.
 
 With ``--share``, before the restart one record goes to every topic and a share group of two
 ShareConsumers subscribed to all the topics receives them all, so the deletions also remove

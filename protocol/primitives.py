@@ -9,7 +9,7 @@ Every reader checks lengths against the buffer: a malformed request must raise
 
 from __future__ import annotations
 
-import codecs
+import re
 import struct
 from uuid import UUID
 
@@ -91,18 +91,12 @@ def w_cnstring(b: bytearray, s: str | None) -> None:
         w_cstring(b, s)
 
 
-def _java_replace(err: UnicodeDecodeError) -> tuple[str, int]:
-    """One U+FFFD per malformed sequence as Java's decoder counts them. They agree with
-    Python's "replace" except on an encoded surrogate (ED A0-BF ..), which Java reads as one
-    sequence of up to three bytes where Python replaces each byte."""
-    raw, start = err.object, err.start
-    if raw[start] == 0xED and start + 1 < len(raw) and 0xA0 <= raw[start + 1] <= 0xBF:
-        whole = start + 2 < len(raw) and raw[start + 2] & 0xC0 == 0x80
-        return "\ufffd", start + (3 if whole else 2)
-    return "\ufffd", err.end
-
-
-codecs.register_error("kshare-java-replace", _java_replace)
+# An encoded surrogate (ED A0-BF, then a continuation byte if there is one): Java's decoder
+# replaces it with one U+FFFD where Python's "replace" gives one per byte; on every other
+# malformed sequence the two agree. 0xED is never a continuation byte, so replacing these
+# first changes nothing before them.
+_ENCODED_SURROGATE = re.compile(rb"\xed[\xa0-\xbf][\x80-\xbf]?")
+_REPLACEMENT = "\ufffd".encode()
 
 
 def _decode_str(raw) -> str:
@@ -112,7 +106,7 @@ def _decode_str(raw) -> str:
     try:
         return str(raw, "utf-8")
     except UnicodeDecodeError:
-        return str(raw, "utf-8", "kshare-java-replace")
+        return str(_ENCODED_SURROGATE.sub(_REPLACEMENT, raw), "utf-8", "replace")
 
 
 def r_nstring(buf, pos: int):

@@ -170,8 +170,9 @@ def test_malformed_utf8_decodes_as_java_does(raw, utf16):
     from protocol.primitives import r_string
 
     data = bytes.fromhex(raw)
-    value, pos = r_string(struct.pack(">h", len(data)) + data, 0)
-    assert (value.encode("utf-16-be").hex(), pos) == (utf16, 2 + len(data))
+    frame = b"\xed" + struct.pack(">h", len(data)) + data  # read from a memoryview, as requests are
+    value, pos = r_string(memoryview(frame), 1)
+    assert (value.encode("utf-16-be").hex(), pos) == (utf16, 3 + len(data))
 
 
 def test_api_versions_response_tagged_fields():

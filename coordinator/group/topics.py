@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 import uuid
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Protocol
 
 import xxhash
@@ -75,12 +76,14 @@ def _hash4j_string(text: str) -> bytes:
     return units + struct.pack("<i", len(units) // 2)
 
 
+@lru_cache(maxsize=65536)
 def _topic_hash(topic: TopicInfo) -> int:
     """Kafka's topic hash: magic byte 0, the id's two longs, the name, the partition count
-    and each partition index. Partitions would add their replicas' racks; kshare has none."""
+    and each partition index. Partitions would add their replicas' racks; kshare has none.
+    Cached per (id, name, partition count), as Kafka keeps its topicHashCache."""
     body = b"\x00" + struct.pack("<qq", *struct.unpack(">qq", topic.topic_id.bytes))
     body += _hash4j_string(topic.name) + struct.pack("<i", topic.num_partitions)
-    body += b"".join(struct.pack("<i", i) for i in range(topic.num_partitions))
+    body += struct.pack(f"<{topic.num_partitions}i", *range(topic.num_partitions))
     return xxhash.xxh3_64_intdigest(body)
 
 

@@ -7,7 +7,6 @@ figures of the thread-group leader cover every thread of the process.
 from __future__ import annotations
 
 import os
-import statistics
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -47,11 +46,14 @@ def busy_cpu_seconds() -> float:
 
 
 def percentile(values: list[float], pct: float) -> float:
-    """The ``pct`` percentile of ``values`` (linear interpolation between closest ranks)."""
-    if not 0 < pct < 100:
+    """The ``pct`` percentile of ``values`` (linear interpolation between closest ranks, as
+    ``statistics.quantiles(method="inclusive")``)."""
+    if not 0 <= pct <= 100:
         raise ValueError(f"percentile {pct} is not between 0 and 100")
     if not values:
         return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=1000, method="inclusive")[round(pct * 10) - 1]
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * pct / 100
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)

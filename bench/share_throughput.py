@@ -95,6 +95,7 @@ from tests.broker_process import BrokerProcess  # noqa: E402
 ACK_CHUNK = 500  # records per commit_sync / XACK
 RELEASE_EVERY = 10  # the release variant gives back record i when i % 10 == 0, once
 READY_TIMEOUT_S = 60.0
+PY_SPY = Path(sys.executable).parent / "py-spy"  # --py-spy: installed beside this interpreter
 REDIS_MARK_IDLE_MS = 10**9  # "released": idle far beyond the reclaim threshold
 REDIS_RECLAIM_MIN_IDLE_MS = 60_000  # in-flight batches never get this old within a run
 
@@ -448,7 +449,7 @@ def one_run(cfg: Config, args, tmp: Path, run: int, redis_binary: str | None) ->
             ready.get(timeout=READY_TIMEOUT_S)
         if args.py_spy and cfg.system == "kshare":
             name = f"{cfg.label().replace(' ', '_').replace('=', '')}_run{run + 1}.txt"
-            spy = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--pid", str(pid),
+            spy = subprocess.Popen([str(PY_SPY), "record", "--pid", str(pid),
                                     "--rate", "200", "--format", "raw",
                                     *(["--native"] if args.py_spy_native else ["--nonblocking"]),
                                     "-o", str(Path(args.py_spy) / name)],
@@ -607,7 +608,7 @@ def main() -> int:
     if bad:
         ap.error(f"unknown {bad}")
     if args.py_spy:
-        if not (Path(sys.executable).parent / "py-spy").exists():
+        if not PY_SPY.exists():
             ap.error("--py-spy needs py-spy in this venv: .venv/bin/pip install py-spy")
         Path(args.py_spy).mkdir(parents=True, exist_ok=True)
     redis_binary = None

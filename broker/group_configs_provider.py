@@ -3,12 +3,11 @@ IncrementalAlterConfigs, stored by the group coordinator's runtime.
 
 Kafka 4.2 behaviour: any group name but the empty one works, whether or not the group exists
 (empty: INVALID_REQUEST, with ConfigHelper's message to a describe and the controller's to an
-alteration); describe lists every group config
-with its source and synonyms (``coordinator.group.configs.describe``); an alteration is
-validated as the group's complete new set against the broker's ``group.*`` bounds and refused
-whole with INVALID_CONFIG (unknown names, bad values, out of bounds). None of the group
-configs is a list, so APPEND / SUBTRACT are refused as the controller refuses them for any
-non-list key. Importing this module registers the provider.
+alteration); describe lists every group config with its source and synonyms
+(``coordinator.group.configs.describe``); an alteration is validated as the group's complete
+new set against the broker's ``group.*`` bounds and refused whole with INVALID_CONFIG (unknown
+names, bad values, out of bounds). None of the group configs is a list, so APPEND / SUBTRACT
+are refused as the controller refuses them for any non-list key. Importing this module registers the provider.
 """
 
 from __future__ import annotations

@@ -208,6 +208,31 @@ def test_acks_by_another_member_are_invalid_record_state(broker, admin, topic_na
         close_all([a, b])
 
 
+def test_refused_acks_say_why_in_kafkas_words(broker, admin, topic_name):
+    """SharePartition's reason travels in ShareAcknowledge's ErrorMessage and ShareFetch's
+    AcknowledgeErrorMessage, per whole batch or per offset once the batch is split."""
+    tp, (a, b) = holding(broker, admin, topic_name, [4], members=2)
+    try:
+        p = parts(b.acknowledge({tp: [(0, 3, [ACCEPT])]}))[tp]
+        assert (p.error_code, p.error_message) == (INVALID_RECORD_STATE, "Member is not the owner of batch record")
+        p = parts(b.fetch(acks={tp: [(0, 0, [REJECT])]}))[tp]
+        assert (p.acknowledge_error_code, p.acknowledge_error_message) == (
+            INVALID_RECORD_STATE, "Member is not the owner of batch record")
+        p = parts(a.acknowledge({tp: [(0, 9, [ACCEPT])]}))[tp]
+        assert (p.error_code, p.error_message) == (
+            INVALID_REQUEST, "Batch record not found. The last offset in request is past acquired records.")
+        assert parts(a.acknowledge({tp: [(1, 1, [ACCEPT])]}))[tp].error_code == NONE  # splits the batch
+        p = parts(a.acknowledge({tp: [(1, 1, [ACCEPT])]}))[tp]
+        assert (p.error_code, p.error_message) == (
+            INVALID_RECORD_STATE, "The batch cannot be acknowledged. The offset is not acquired.")
+        p = parts(b.acknowledge({tp: [(2, 3, [ACCEPT])]}))[tp]
+        assert (p.error_code, p.error_message) == (INVALID_RECORD_STATE, "Member is not the owner of offset")
+        p = parts(a.acknowledge({tp: [(0, 0, [ACCEPT]), (2, 3, [ACCEPT])]}))[tp]
+        assert (p.error_code, p.error_message) == (NONE, None)
+    finally:
+        close_all([a, b])
+
+
 def test_acks_after_the_lock_expired_are_invalid_record_state(broker_factory, topic_name):
     broker = broker_factory(SHORT_LOCKS)
     with RawClient(broker.bootstrap) as admin:

@@ -200,6 +200,12 @@ def test_ack_of_record_not_acquired_by_member_is_invalid_record_state(state_setu
     member = "other" if state_setup == "other_member" else "m"
     t = sp.acknowledge(member, [(5, 9, [ACCEPT])])
     assert t.error_code == INVALID_RECORD_STATE
+    assert t.error_message == {  # SharePartition's words: per batch until it splits, then per offset
+        "available": "The batch cannot be acknowledged. The batch is not in the acquired state.",
+        "acknowledged": "The batch cannot be acknowledged. The offset is not acquired.",
+        "archived": "The batch cannot be acknowledged. The offset is not acquired.",
+        "other_member": "Member is not the owner of batch record",
+    }[state_setup]
     assert not t.pending and not t.needs_write
     assert list(sp.iter_records()) == before
 
@@ -232,7 +238,9 @@ def test_ack_is_atomic_per_partition():
 
 def test_ack_lookup_errors():
     sp, _ = make(10)
-    assert sp.acknowledge("m", [(10, 12, [ACCEPT])]).error_code == INVALID_RECORD_STATE  # empty
+    t = sp.acknowledge("m", [(10, 12, [ACCEPT])])  # nothing cached
+    assert (t.error_code, t.error_message) == (
+        INVALID_RECORD_STATE, "Batch record not found. The request batch offsets are not found in the cache.")
     acquire(sp, "m", [(10, 19)])
     # Below the SPSO: silently done.
     t = sp.acknowledge("m", [(0, 9, [ACCEPT])])
@@ -242,10 +250,15 @@ def test_ack_lookup_errors():
     acquire(sp2, "m", [(20, 29)], fetch_offset=10)
     assert sp2.start_offset == 20
     # Past the cached records.
-    assert sp.acknowledge("m", [(15, 25, [ACCEPT])]).error_code == INVALID_REQUEST
-    assert sp.acknowledge("m", [(20, 25, [ACCEPT])]).error_code == INVALID_REQUEST
-    # Bad shape (the handler checks this too).
-    assert sp.acknowledge("m", [(15, 14, [ACCEPT])]).error_code == INVALID_REQUEST
+    t = sp.acknowledge("m", [(15, 25, [ACCEPT])])
+    assert (t.error_code, t.error_message) == (
+        INVALID_REQUEST, "Batch record not found. The last offset in request is past acquired records.")
+    t = sp.acknowledge("m", [(20, 25, [ACCEPT])])
+    assert (t.error_code, t.error_message) == (
+        INVALID_REQUEST, "Batch record not found. The first offset in request is past acquired records.")
+    # Bad shape (the handler checks this too, and answers without a message).
+    t = sp.acknowledge("m", [(15, 14, [ACCEPT])])
+    assert (t.error_code, t.error_message) == (INVALID_REQUEST, None)
     assert sp.acknowledge("m", [(10, 12, [ACCEPT, ACCEPT])]).error_code == INVALID_REQUEST
     assert sp.acknowledge("m", [(10, 12, [7])]).error_code == INVALID_REQUEST
     # Straddling the SPSO: the part below is skipped.

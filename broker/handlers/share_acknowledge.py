@@ -38,17 +38,21 @@ async def handle(ctx, req) -> ShareAcknowledgeResponse:
 
     parts = [(t.topic_id, p.partition_index, p.acknowledgement_batches) for t in req.topics for p in t.partitions]
     acks, results = split_acks(broker, parts, ctx.api_version, req.is_renew_ack)
+    messages: dict = {}
     manager = broker.share_manager
     if acks:
-        for tp, (code, _msg) in (await manager.acknowledge(group, member, acks)).items():
+        for tp, (code, msg) in (await manager.acknowledge(group, member, acks)).items():
             results[tp] = code
+            if msg:
+                messages[tp] = msg
     if epoch == CLOSE:
         await close_session(broker, session)
 
     by_topic: dict = {}
     for (topic_id, p) in dict.fromkeys((t, p) for t, p, _ in parts):
         by_topic.setdefault(topic_id, []).append(
-            PartitionData(partition_index=p, error_code=results.get((topic_id, p), ErrorCode.NONE))
+            PartitionData(partition_index=p, error_code=results.get((topic_id, p), ErrorCode.NONE),
+                          error_message=messages.get((topic_id, p)))
         )
     return ShareAcknowledgeResponse(
         acquisition_lock_timeout_ms=manager.lock_duration_ms(group),

@@ -86,9 +86,12 @@ async def handle(ctx, req) -> ShareFetchResponse:
 
     manager = broker.share_manager
     acks, ack_results = split_acks(broker, ack_parts, v, req.is_renew_ack) if has_acks else ({}, {})
+    ack_messages: dict = {}
     if acks:
-        for tp, (code, _msg) in (await manager.acknowledge(group, member, acks)).items():
+        for tp, (code, msg) in (await manager.acknowledge(group, member, acks)).items():
             ack_results[tp] = code
+            if msg:
+                ack_messages[tp] = msg
 
     fetched: dict[tuple, object] = {}
     errors: dict[tuple, ErrorCode] = {}
@@ -134,6 +137,7 @@ async def handle(ctx, req) -> ShareFetchResponse:
             error_code=code,
             error_message=f.error_message if f is not None else None,
             acknowledge_error_code=ack_results.get(tp, ErrorCode.NONE),
+            acknowledge_error_message=ack_messages.get(tp),
             records=f.records if has_records else None,
             # (first, last, delivery count) in the schema's field order; a redelivery's ~700
             # one-offset ranges are built in ~47 us this way, ~126 with keywords.

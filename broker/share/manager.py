@@ -427,7 +427,7 @@ class SharePartitionManager:
                 continue
             t = leader.sp.acknowledge(member_id, batches, shape_checked=True)  # split_acks did
             if t.error_code:
-                results[(topic_id, p)] = (t.error_code, None)
+                results[(topic_id, p)] = (t.error_code, t.error_message)
                 topics.append((leader.topic, t.error_code))
             elif t.pending:
                 pending.append(((topic_id, p), leader, t, batches))

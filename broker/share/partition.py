@@ -63,6 +63,15 @@ DEFAULT_MAX_IN_FLIGHT_RECORDS = 2000  # group.share.partition.max.record.locks
 DEFAULT_MAX_DELIVERY_COUNT = 5  # group.share.delivery.count.limit
 DEFAULT_LOCK_DURATION_MS = 30_000  # group.share.record.lock.duration.ms
 
+# SharePartition's messages for a refused acknowledgement
+_NOT_IN_CACHE = "Batch record not found. The request batch offsets are not found in the cache."
+_PAST_FIRST = "Batch record not found. The first offset in request is past acquired records."
+_PAST_LAST = "Batch record not found. The last offset in request is past acquired records."
+_BATCH_NOT_ACQUIRED = "The batch cannot be acknowledged. The batch is not in the acquired state."
+_NOT_BATCH_OWNER = "Member is not the owner of batch record"
+_OFFSET_NOT_ACQUIRED = "The batch cannot be acknowledged. The offset is not acquired."
+_NOT_OFFSET_OWNER = "Member is not the owner of offset"
+
 StateBatch = tuple[int, int, int, int]  # (first_offset, last_offset, delivery_state, delivery_count)
 AcquiredRange = tuple[int, int, int]  # (first_offset, last_offset, delivery_count)
 LogBatch = tuple[int, int]  # (base_offset, last_offset) of one log record batch
@@ -97,13 +106,14 @@ class Transition:
     """A state change to persist with WriteShareGroupState.
 
     ``state_batches``, ``start_offset``, ``delivery_complete_count`` and ``state_epoch`` are the
-    request's fields. ``error_code`` != 0 means an acknowledge was refused and nothing changed.
+    request's fields. ``error_code`` != 0 means an acknowledge was refused and nothing changed;
+    ``error_message`` then says why, in Kafka's words.
     ``pending`` transitions must be finished with ``commit`` or ``rollback``; the others
     (errors, renew-only acks, lock expiry) are already final and those calls are no-ops.
     """
 
     __slots__ = (
-        "id", "kind", "error_code", "state_batches", "state_epoch", "start_offset",
+        "id", "kind", "error_code", "error_message", "state_batches", "state_epoch", "start_offset",
         "delivery_complete_count", "_undo", "_open", "_scattered",
     )
 
@@ -111,6 +121,7 @@ class Transition:
         self.id = tid
         self.kind = kind
         self.error_code = NONE
+        self.error_message: str | None = None
         self.state_batches: list[StateBatch] = []
         self.state_epoch = 0
         self.start_offset = 0
@@ -767,6 +778,7 @@ class SharePartition:
         plan, error = self._plan_ack(member_id, batches)
         if error:
             t.error_code = error
+            t.error_message = self._ack_error_message(member_id, batches, error)
             return self._seal(t, [])
 
         spso = self._spso
@@ -964,6 +976,51 @@ class SharePartition:
         if held_e is not None and not self._held_by(held_e, held_lo, held_hi, member_id):
             return [], INVALID_RECORD_STATE
         return plan, NONE
+
+    def _ack_error_message(self, member_id: str, batches, code: int) -> str | None:
+        """Why SharePartition would refuse these batches, in its words: the first failing check
+        of its fetchSubMapForAcknowledgementBatch and acknowledgeBatchRecords, in their order.
+        Run only after ``_plan_ack`` refused (the state is unchanged); None when Kafka would
+        give another code, or for a refusal it has no message of its own for."""
+        cache, spso = self._cache, self._spso
+        reason: tuple[int, str] | None = None
+        for first, last, _types in batches:
+            if last < spso:
+                continue
+            fi = cache.bisect_right(first) - 1
+            if fi < 0 and first < spso:
+                fi = cache.bisect_right(spso) - 1
+            if fi < 0:
+                reason = INVALID_RECORD_STATE, _NOT_IN_CACHE
+                break
+            li = cache.bisect_right(last) - 1
+            cached_last = cache.peekitem(li)[1].last
+            if cached_last < first or last > cached_last:
+                reason = INVALID_REQUEST, _PAST_FIRST if cached_last < first else _PAST_LAST
+                break
+            for key in cache.islice(fi, li + 1):
+                e = cache[key]
+                if e.last < spso:
+                    continue
+                if e.states is None:
+                    if e.state != ACQUIRED:
+                        reason = INVALID_RECORD_STATE, _BATCH_NOT_ACQUIRED
+                    elif e.member != member_id:
+                        reason = INVALID_RECORD_STATE, _NOT_BATCH_OWNER
+                else:
+                    for o in range(max(first, e.first, spso), min(last, e.last) + 1):
+                        a = o - e.first
+                        if e.states[a] != ACQUIRED:
+                            reason = INVALID_RECORD_STATE, _OFFSET_NOT_ACQUIRED
+                        elif e.members[a] != member_id:
+                            reason = INVALID_RECORD_STATE, _NOT_OFFSET_OWNER
+                        if reason:
+                            break
+                if reason:
+                    break
+            if reason:
+                break
+        return reason[1] if reason and reason[0] == code else None
 
     @staticmethod
     def _held_by(e: InFlightBatch, lo: int, hi: int, member_id: str) -> bool:

@@ -978,12 +978,17 @@ class SharePartition:
         return plan, NONE
 
     def _ack_error_message(self, member_id: str, batches, code: int) -> str | None:
-        """Why SharePartition would refuse these batches, in its words: the first failing check
-        of its fetchSubMapForAcknowledgementBatch and acknowledgeBatchRecords, in their order.
-        Run only after ``_plan_ack`` refused (the state is unchanged); None when Kafka would
-        give another code, or for a refusal it has no message of its own for."""
+        """Why SharePartition would refuse these batches, in its words; None when Kafka would
+        give another code, or for a refusal it has no message of its own for. Run only after
+        ``_plan_ack`` refused, so the state is unchanged."""
+        reason = self._ack_refusal(member_id, batches)
+        return reason[1] if reason is not None and reason[0] == code else None
+
+    def _ack_refusal(self, member_id: str, batches) -> tuple[int, str] | None:
+        """The first failing check of SharePartition's fetchSubMapForAcknowledgementBatch and
+        acknowledgeBatchRecords, in their order: per whole batch until it splits, then per
+        offset."""
         cache, spso = self._cache, self._spso
-        reason: tuple[int, str] | None = None
         for first, last, _types in batches:
             if last < spso:
                 continue
@@ -991,36 +996,30 @@ class SharePartition:
             if fi < 0 and first < spso:
                 fi = cache.bisect_right(spso) - 1
             if fi < 0:
-                reason = INVALID_RECORD_STATE, _NOT_IN_CACHE
-                break
+                return INVALID_RECORD_STATE, _NOT_IN_CACHE
             li = cache.bisect_right(last) - 1
             cached_last = cache.peekitem(li)[1].last
-            if cached_last < first or last > cached_last:
-                reason = INVALID_REQUEST, _PAST_FIRST if cached_last < first else _PAST_LAST
-                break
+            if cached_last < first:
+                return INVALID_REQUEST, _PAST_FIRST
+            if last > cached_last:
+                return INVALID_REQUEST, _PAST_LAST
             for key in cache.islice(fi, li + 1):
                 e = cache[key]
                 if e.last < spso:
                     continue
                 if e.states is None:
                     if e.state != ACQUIRED:
-                        reason = INVALID_RECORD_STATE, _BATCH_NOT_ACQUIRED
-                    elif e.member != member_id:
-                        reason = INVALID_RECORD_STATE, _NOT_BATCH_OWNER
-                else:
-                    for o in range(max(first, e.first, spso), min(last, e.last) + 1):
-                        a = o - e.first
-                        if e.states[a] != ACQUIRED:
-                            reason = INVALID_RECORD_STATE, _OFFSET_NOT_ACQUIRED
-                        elif e.members[a] != member_id:
-                            reason = INVALID_RECORD_STATE, _NOT_OFFSET_OWNER
-                        if reason:
-                            break
-                if reason:
-                    break
-            if reason:
-                break
-        return reason[1] if reason and reason[0] == code else None
+                        return INVALID_RECORD_STATE, _BATCH_NOT_ACQUIRED
+                    if e.member != member_id:
+                        return INVALID_RECORD_STATE, _NOT_BATCH_OWNER
+                    continue
+                for o in range(max(first, e.first, spso), min(last, e.last) + 1):
+                    a = o - e.first
+                    if e.states[a] != ACQUIRED:
+                        return INVALID_RECORD_STATE, _OFFSET_NOT_ACQUIRED
+                    if e.members[a] != member_id:
+                        return INVALID_RECORD_STATE, _NOT_OFFSET_OWNER
+        return None
 
     @staticmethod
     def _held_by(e: InFlightBatch, lo: int, hi: int, member_id: str) -> bool:

@@ -224,7 +224,7 @@ def test_refused_acks_say_why_in_kafkas_words(broker, admin, topic_name):
         assert parts(a.acknowledge({tp: [(1, 1, [ACCEPT])]}))[tp].error_code == NONE  # splits the batch
         p = parts(a.acknowledge({tp: [(1, 1, [ACCEPT])]}))[tp]
         assert (p.error_code, p.error_message) == (
-            INVALID_RECORD_STATE, "The batch cannot be acknowledged. The offset is not acquired.")
+            INVALID_RECORD_STATE, "The offset cannot be acknowledged. The offset is not acquired.")
         p = parts(b.acknowledge({tp: [(2, 3, [ACCEPT])]}))[tp]
         assert (p.error_code, p.error_message) == (INVALID_RECORD_STATE, "Member is not the owner of offset")
         p = parts(a.acknowledge({tp: [(0, 0, [ACCEPT]), (2, 3, [ACCEPT])]}))[tp]

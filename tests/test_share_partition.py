@@ -202,12 +202,28 @@ def test_ack_of_record_not_acquired_by_member_is_invalid_record_state(state_setu
     assert t.error_code == INVALID_RECORD_STATE
     assert t.error_message == {  # SharePartition's words: per batch until it splits, then per offset
         "available": "The batch cannot be acknowledged. The batch is not in the acquired state.",
-        "acknowledged": "The batch cannot be acknowledged. The offset is not acquired.",
-        "archived": "The batch cannot be acknowledged. The offset is not acquired.",
+        "acknowledged": "The offset cannot be acknowledged. The offset is not acquired.",
+        "archived": "The offset cannot be acknowledged. The offset is not acquired.",
         "other_member": "Member is not the owner of batch record",
     }[state_setup]
     assert not t.pending and not t.needs_write
     assert list(sp.iter_records()) == before
+
+
+@pytest.mark.parametrize("batches, message", [
+    ([(0, 9, [ACCEPT]), (9, 9, [ACCEPT])], "The batch cannot be acknowledged. The batch is not in the acquired state."),
+    ([(0, 3, [ACCEPT]), (3, 5, [ACCEPT])], "The offset cannot be acknowledged. The offset is not acquired."),
+    ([(0, 3, [ACCEPT]), (3, 5, [ACCEPT]), (10, 12, [ACCEPT])],
+     "The offset cannot be acknowledged. The offset is not acquired."),
+])
+def test_an_offset_acknowledged_twice_in_one_request_is_refused_as_kafka_words_it(batches, message):
+    """Kafka applies a request's batches in turn, so a repeated offset finds its batch (or
+    offset) already moved out of ACQUIRED by the earlier one."""
+    sp, _ = make()
+    acquire(sp, "m", [(0, 9)])
+    acquire(sp, "n", [(10, 19)])
+    t = sp.acknowledge("m", batches)
+    assert (t.error_code, t.error_message) == (INVALID_RECORD_STATE, message)
 
 
 def test_acquire_skips_acquired_and_terminal_records():

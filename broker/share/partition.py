@@ -69,7 +69,7 @@ _PAST_FIRST = "Batch record not found. The first offset in request is past acqui
 _PAST_LAST = "Batch record not found. The last offset in request is past acquired records."
 _BATCH_NOT_ACQUIRED = "The batch cannot be acknowledged. The batch is not in the acquired state."
 _NOT_BATCH_OWNER = "Member is not the owner of batch record"
-_OFFSET_NOT_ACQUIRED = "The batch cannot be acknowledged. The offset is not acquired."
+_OFFSET_NOT_ACQUIRED = "The offset cannot be acknowledged. The offset is not acquired."
 _NOT_OFFSET_OWNER = "Member is not the owner of offset"
 
 StateBatch = tuple[int, int, int, int]  # (first_offset, last_offset, delivery_state, delivery_count)
@@ -986,10 +986,13 @@ class SharePartition:
 
     def _ack_refusal(self, member_id: str, batches) -> tuple[int, str] | None:
         """The first failing check of SharePartition's fetchSubMapForAcknowledgementBatch and
-        acknowledgeBatchRecords, in their order: per whole batch until it splits, then per
-        offset."""
+        acknowledgeBatchRecords, in their order: per whole batch until a batch is acknowledged
+        in part (then per offset), with what earlier batches of the request already moved."""
         cache, spso = self._cache, self._spso
-        for first, last, _types in batches:
+        moved: set[int] = set()  # offsets earlier batches took out of ACQUIRED
+        whole: set[int] = set()  # unsplit entries an earlier batch took out of ACQUIRED whole
+        per_offset: set[int] = set()  # unsplit entries an earlier batch acknowledged in part
+        for first, last, types in batches:
             if last < spso:
                 continue
             fi = cache.bisect_right(first) - 1
@@ -1007,18 +1010,25 @@ class SharePartition:
                 e = cache[key]
                 if e.last < spso:
                     continue
-                if e.states is None:
-                    if e.state != ACQUIRED:
+                if e.states is None and key not in per_offset:
+                    if key in whole or e.state != ACQUIRED:
                         return INVALID_RECORD_STATE, _BATCH_NOT_ACQUIRED
                     if e.member != member_id:
                         return INVALID_RECORD_STATE, _NOT_BATCH_OWNER
-                    continue
+                    if first <= e.first and e.last <= last and len(types) == 1 and spso <= e.first:
+                        if types[0] != RENEW:
+                            whole.add(key)
+                        continue
+                    per_offset.add(key)
                 for o in range(max(first, e.first, spso), min(last, e.last) + 1):
-                    a = o - e.first
-                    if e.states[a] != ACQUIRED:
+                    state, member = ((e.state, e.member) if e.states is None
+                                     else (e.states[o - e.first], e.members[o - e.first]))
+                    if state != ACQUIRED or o in moved:
                         return INVALID_RECORD_STATE, _OFFSET_NOT_ACQUIRED
-                    if e.members[a] != member_id:
+                    if member != member_id:
                         return INVALID_RECORD_STATE, _NOT_OFFSET_OWNER
+                    if (types[0] if len(types) == 1 else types[o - first]) != RENEW:
+                        moved.add(o)
         return None
 
     @staticmethod

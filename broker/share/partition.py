@@ -778,7 +778,9 @@ class SharePartition:
         plan, error = self._plan_ack(member_id, batches)
         if error:
             t.error_code = error
-            t.error_message = self._ack_error_message(member_id, batches, error)
+            # Why, in SharePartition's words: only when Kafka would refuse with this code too.
+            reason = self._ack_refusal(member_id, batches)
+            t.error_message = reason[1] if reason is not None and reason[0] == error else None
             return self._seal(t, [])
 
         spso = self._spso
@@ -977,17 +979,12 @@ class SharePartition:
             return [], INVALID_RECORD_STATE
         return plan, NONE
 
-    def _ack_error_message(self, member_id: str, batches, code: int) -> str | None:
-        """Why SharePartition would refuse these batches, in its words; None when Kafka would
-        give another code, or for a refusal it has no message of its own for. Run only after
-        ``_plan_ack`` refused, so the state is unchanged."""
-        reason = self._ack_refusal(member_id, batches)
-        return reason[1] if reason is not None and reason[0] == code else None
-
     def _ack_refusal(self, member_id: str, batches) -> tuple[int, str] | None:
         """The first failing check of SharePartition's fetchSubMapForAcknowledgementBatch and
         acknowledgeBatchRecords, in their order: per whole batch until a batch is acknowledged
-        in part (then per offset), with what earlier batches of the request already moved."""
+        in part (then per offset), with what earlier batches of the request already moved. Run
+        only after ``_plan_ack`` refused, so the state is unchanged; None for a refusal Kafka
+        has no message of its own for."""
         cache, spso = self._cache, self._spso
         moved: set[int] = set()  # offsets earlier batches took out of ACQUIRED
         whole: set[int] = set()  # unsplit entries an earlier batch took out of ACQUIRED whole

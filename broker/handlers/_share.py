@@ -55,6 +55,18 @@ def split_acks(broker, partitions, version: int, is_renew_ack: bool):
     return acks, codes
 
 
+async def apply_acks(broker, group_id: str, member_id: str, acks, codes: dict) -> dict:
+    """Apply ``split_acks``' acks, adding each partition's code to ``codes``; returns the
+    messages of the refused ones (SharePartition's reasons)."""
+    messages = {}
+    if acks:
+        for tp, (code, msg) in (await broker.share_manager.acknowledge(group_id, member_id, acks)).items():
+            codes[tp] = code
+            if msg:
+                messages[tp] = msg
+    return messages
+
+
 def tie_session_to_connection(ctx, session) -> None:
     """Kafka drops a member's share session, releasing its records, when its connection closes.
 

@@ -16,7 +16,7 @@ from protocol.messages.share_acknowledge_response import (
 )
 
 from ..share.sessions import CLOSE
-from ._share import check_identity, close_session, split_acks
+from ._share import apply_acks, check_identity, close_session, split_acks
 
 API_KEY = 79
 MIN_VERSION, MAX_VERSION = 1, 2
@@ -38,13 +38,7 @@ async def handle(ctx, req) -> ShareAcknowledgeResponse:
 
     parts = [(t.topic_id, p.partition_index, p.acknowledgement_batches) for t in req.topics for p in t.partitions]
     acks, results = split_acks(broker, parts, ctx.api_version, req.is_renew_ack)
-    messages: dict = {}
-    manager = broker.share_manager
-    if acks:
-        for tp, (code, msg) in (await manager.acknowledge(group, member, acks)).items():
-            results[tp] = code
-            if msg:
-                messages[tp] = msg
+    messages = await apply_acks(broker, group, member, acks, results)
     if epoch == CLOSE:
         await close_session(broker, session)
 
@@ -55,7 +49,7 @@ async def handle(ctx, req) -> ShareAcknowledgeResponse:
                           error_message=messages.get((topic_id, p)))
         )
     return ShareAcknowledgeResponse(
-        acquisition_lock_timeout_ms=manager.lock_duration_ms(group),
+        acquisition_lock_timeout_ms=broker.share_manager.lock_duration_ms(group),
         responses=[ShareAcknowledgeTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()],
     )
 

@@ -23,6 +23,7 @@ from protocol.messages.share_fetch_response import (
 from ..share.manager import FetchParams
 from ..share.sessions import CLOSE, OPEN, rotated
 from ._share import (
+    apply_acks,
     check_identity,
     close_session,
     connection_gone,
@@ -86,12 +87,7 @@ async def handle(ctx, req) -> ShareFetchResponse:
 
     manager = broker.share_manager
     acks, ack_results = split_acks(broker, ack_parts, v, req.is_renew_ack) if has_acks else ({}, {})
-    ack_messages: dict = {}
-    if acks:
-        for tp, (code, msg) in (await manager.acknowledge(group, member, acks)).items():
-            ack_results[tp] = code
-            if msg:
-                ack_messages[tp] = msg
+    ack_messages = await apply_acks(broker, group, member, acks, ack_results)
 
     fetched: dict[tuple, object] = {}
     errors: dict[tuple, ErrorCode] = {}

@@ -7,7 +7,8 @@ alteration); describe lists every group config with its source and synonyms
 (``coordinator.group.configs.describe``); an alteration is validated as the group's complete
 new set against the broker's ``group.*`` bounds and refused whole with INVALID_CONFIG (unknown
 names, bad values, out of bounds). None of the group configs is a list, so APPEND / SUBTRACT
-are refused as the controller refuses them for any non-list key. Importing this module registers the provider.
+are refused as the controller refuses them for any non-list key. Importing this module
+registers the provider.
 """
 
 from __future__ import annotations

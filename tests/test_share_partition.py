@@ -226,6 +226,37 @@ def test_an_offset_acknowledged_twice_in_one_request_is_refused_as_kafka_words_i
     assert (t.error_code, t.error_message) == (INVALID_RECORD_STATE, message)
 
 
+NOT_OWNER = "Member is not the owner of batch record"
+NOT_ACQUIRED = "The batch cannot be acknowledged. The batch is not in the acquired state."
+
+
+@pytest.mark.parametrize("floor_holder, earlier, batch, message", [
+    ("a", [], (7, 14, [ACCEPT]), NOT_OWNER),  # the batch below the gap is another member's
+    ("b", [], (7, 14, [ACCEPT]), None),  # it is this member's: checked, not acknowledged
+    ("b", [(0, 4, [ACCEPT])], (7, 14, [ACCEPT]), NOT_ACQUIRED),  # this request took it out whole
+    ("b", [(0, 4, [RENEW])], (7, 14, [ACCEPT]), None),  # a renewal keeps it acquired
+    ("b", [(0, 2, [ACCEPT])], (7, 14, [ACCEPT]), None),  # in part: Kafka tracks it per offset
+    ("b", [(0, 4, [ACCEPT, ACCEPT, ACCEPT, ACCEPT, ACCEPT])], (7, 14, [ACCEPT]), None),  # per offset too
+    ("a", [], (3, 14, [ACCEPT]), NOT_OWNER),  # (not in a gap: refused for the records it names)
+])
+def test_an_ack_starting_in_a_gap_is_checked_against_the_batch_below_as_kafka_does(
+        floor_holder, earlier, batch, message):
+    """SharePartition starts from the floor entry of the first offset, so an acknowledgement
+    that starts in a gap of the cache (5-9 here) is refused when the batch below is not this
+    member's acquired one, though it names none of its records."""
+    sp, _ = make()
+    acquire(sp, floor_holder, [(0, 4)])
+    acquire(sp, "b", [(10, 14)], fetch_offset=10)
+    before = list(sp.iter_records())
+    t = sp.acknowledge("b", [*earlier, batch])
+    if message is None:
+        assert t.error_code == 0
+        assert rec(sp, 12) == (ACKNOWLEDGED, 1, None)
+    else:
+        assert (t.error_code, t.error_message) == (INVALID_RECORD_STATE, message)
+        assert list(sp.iter_records()) == before
+
+
 def test_acquire_skips_acquired_and_terminal_records():
     sp, _ = make()
     acquire(sp, "a", [(0, 4), (5, 9)], batch_size=5)

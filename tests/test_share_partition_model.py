@@ -381,8 +381,11 @@ class SharePartitionMachine(RuleBasedStateMachine):
             if data.draw(st.integers(0, 9)) == 0:
                 batches.reverse()
 
+        # Kafka checks the batch below a gap, so its bounds (and whether it is tracked per
+        # offset) are part of the contract.
+        entries = [(e.first, e.last, e.states is None) for e in self.sp.entries()]
         t = self.sp.acknowledge(member, batches)
-        error, undo, changes = self.m_acknowledge(member, batches, t.id)
+        error, undo, changes = self.m_acknowledge(member, batches, t.id, entries)
         assert t.error_code == error, (t, error, batches)
         event(f"ack error={error} pending={bool(undo)}")
         if error:
@@ -396,11 +399,12 @@ class SharePartitionMachine(RuleBasedStateMachine):
             self.pending.append((t, undo))
             self.sent(t)
 
-    def m_acknowledge(self, member, batches, tid):
+    def m_acknowledge(self, member, batches, tid, entries):
         if validate_ack_batches(batches, 2, True) is not None:
             return INVALID_REQUEST, [], {}
         ops = []
         claimed_hi = -1
+        whole = set()  # unsplit batches an earlier batch of the request acknowledged whole
         for first, last, types in batches:
             if last < self.spso:
                 continue
@@ -409,6 +413,13 @@ class SharePartitionMachine(RuleBasedStateMachine):
                 return INVALID_RECORD_STATE, [], {}
             if last not in self.recs:
                 return INVALID_REQUEST, [], {}
+            a, b, unsplit = max(e for e in entries if e[0] <= p)
+            if self.spso <= b < p and unsplit:  # ``p`` is in a gap: the batch below is checked
+                if a in whole or any(self.recs[o].state != ACQUIRED or self.recs[o].pending
+                                     or self.recs[o].member != member for o in range(a, b + 1)):
+                    return INVALID_RECORD_STATE, [], {}
+            if len(types) == 1 and types[0] != RENEW:
+                whole.update(a for a, b, unsplit in entries if unsplit and max(first, self.spso) <= a and b <= last)
             for o in range(p, last + 1):
                 r = self.recs.get(o)
                 if r is None:

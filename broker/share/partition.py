@@ -959,7 +959,13 @@ class SharePartition:
             li = cache.bisect_right(last) - 1
             if cache.peekitem(li)[1].last < last:
                 return [], INVALID_REQUEST  # offsets past the cached records
-            start_i = fi if cache.peekitem(fi)[1].last >= p else fi + 1
+            floor = cache.peekitem(fi)[1]
+            if floor.last >= p:
+                start_i = fi
+            else:  # ``p`` is in a gap of the cache
+                start_i = fi + 1
+                if floor.states is None and floor.last >= spso and self._gap_floor_refused(floor, member_id, plan):
+                    return [], INVALID_RECORD_STATE
             for key in cache.islice(start_i, li + 1):
                 e = cache[key]
                 lo = e.first if e.first > p else p
@@ -978,6 +984,19 @@ class SharePartition:
         if held_e is not None and not self._held_by(held_e, held_lo, held_hi, member_id):
             return [], INVALID_RECORD_STATE
         return plan, NONE
+
+    def _gap_floor_refused(self, floor: InFlightBatch, member_id: str, plan: list) -> bool:
+        """Whether Kafka refuses a batch that starts in a gap for the unsplit entry below it.
+
+        SharePartition checks the owner of every unsplit batch from the floor entry of the
+        acknowledged range on, so the batch below a gap must be this member's and still
+        acquired; ``plan[-1]``: an earlier batch of this request that takes it out whole."""
+        if not self._held_by(floor, floor.first, floor.last, member_id):
+            return True
+        if not plan or plan[-1][0] is not floor or len(plan[-1]) != 5:
+            return False
+        _, lo, hi, _, types = plan[-1]
+        return lo == floor.first and hi == floor.last and len(types) == 1 and types[0] != RENEW
 
     def _ack_refusal(self, member_id: str, batches) -> tuple[int, str] | None:
         """The first failing check of SharePartition's fetchSubMapForAcknowledgementBatch and

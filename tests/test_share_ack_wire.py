@@ -258,10 +258,17 @@ def test_unknown_topics_partitions_and_share_partitions(broker, admin, topic_nam
             ghost: UNKNOWN_TOPIC_ID, (tid, 5): UNKNOWN_TOPIC_OR_PARTITION,
             never_fetched: UNKNOWN_TOPIC_OR_PARTITION, tp: NONE,
         }
+        # Only SharePartitionManager's answer (no share partition loaded) carries a message.
+        assert {k: p.error_message for k, p in parts(resp).items()} == {
+            ghost: None, (tid, 5): None, never_fetched: "This server does not host this topic-partition.", tp: None,
+        }
         resp = a.fetch(acks={ghost: [(0, 0, [ACCEPT])], (tid, 5): [(0, 0, [ACCEPT])]})
         p = parts(resp)
         assert (p[ghost].error_code, p[ghost].acknowledge_error_code) == (UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_ID)
         assert p[(tid, 5)].acknowledge_error_code == UNKNOWN_TOPIC_OR_PARTITION
+        p = parts(a.fetch(acks={never_fetched: [(0, 0, [ACCEPT])]}))[never_fetched]
+        assert (p.acknowledge_error_code, p.acknowledge_error_message) == (
+            UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
     finally:
         a.close()
 

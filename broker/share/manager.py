@@ -38,6 +38,9 @@ log = logging.getLogger("kshare.share")
 
 Key = tuple[str, UUID, int]  # (group id, topic id, partition)
 LEADER_EPOCH = 0
+# An acknowledgement for a partition with no share partition loaded: SharePartitionManager
+# answers with the exception's message, Errors.java's default text.
+_NO_SHARE_PARTITION = "This server does not host this topic-partition."
 
 # Persister errors as the leader reports them (Kafka's SharePartition initialisation mapping).
 _LOAD_ERRORS = {
@@ -420,7 +423,7 @@ class SharePartitionManager:
         for (topic_id, p), batches in acks.items():
             leader = self._leaders.get((group_id, topic_id, p))
             if leader is None or leader.sp is None:
-                results[(topic_id, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None)
+                results[(topic_id, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, _NO_SHARE_PARTITION)
                 topic = self.broker.topics.by_id(topic_id)
                 if topic is not None:
                     topics.append((topic.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))

@@ -820,6 +820,54 @@ def test_a_hole_left_by_a_load_is_acquired_like_new_records():
     check_counts(sp)
 
 
+def test_a_read_reaching_part_of_a_hole_acquires_that_part_like_new_records():
+    """A read that covers a hole only in part (reads are sized from MaxRecords) still acquires
+    it as Kafka's gap window does: MaxRecords at a log-batch boundary, BatchSize chunks, and
+    record_limit's one range. Split per offset instead, it went out as one uncapped range."""
+    log = [(0, 4), (5, 9), (10, 14), (15, 19), (20, 29)]
+    sp, _ = make()
+    sp.initialize(0, 1, [(20, 29, ACKNOWLEDGED, 1)])
+    assert acquire(sp, "m", log[:1]).ranges == [(0, 4, 1)]
+    assert acquire(sp, "m", log[1:], max_records=3).ranges == [(5, 9, 1)]
+    assert acquire(sp, "n", log[2:], batch_size=5).ranges == [(10, 14, 1), (15, 19, 1)]
+    sp, _ = make()
+    sp.initialize(0, 1, [(20, 29, ACKNOWLEDGED, 1)])
+    assert acquire(sp, "m", log[:2], max_records=3, mode=1).ranges == [(0, 2, 1)]
+    assert acquire(sp, "n", log, max_records=9, mode=1).ranges == [(3, 4, 1), (5, 11, 1)]
+    assert sp.next_fetch_offset() == 12
+    check_counts(sp)
+
+
+def test_a_hole_acquired_in_parts_throttles_by_the_size_of_its_part():
+    """The throttle cap is half the cached batch (KAFKA-17541): the part a read acquired, not
+    the whole hole it came from."""
+    sp, _ = make(max_delivery_count=5)
+    sp.initialize(0, 1, [(20, 29, ACKNOWLEDGED, 1)])
+    for count in (1, 2, 3):
+        assert acquire(sp, "m", [(0, 9)], fetch_offset=0).ranges == [(0, 9, count)]
+        ack(sp, "m", (0, 9, [RELEASE]))
+    assert acquire(sp, "m", [(0, 9)], fetch_offset=0).ranges == [(0, 4, 4)]
+
+
+def test_compaction_inside_a_hole_leaves_the_rest_a_hole():
+    """Records compaction removed from a hole are archived; the rest is still acquired as new
+    records, within MaxRecords."""
+    sp, _ = make()
+    sp.initialize(0, 1, [(30, 39, ACKNOWLEDGED, 1)])
+    r = acquire(sp, "m", [(10, 14), (15, 19), (20, 29)], fetch_offset=0, max_records=3)
+    assert r.ranges == [(10, 14, 1)]
+    assert sp.start_offset == 10  # 0-9 archived and passed
+    assert acquire(sp, "m", [(15, 19), (20, 29)], max_records=3).ranges == [(15, 19, 1)]
+    check_counts(sp)
+    # So does a log start moved into a hole.
+    sp, _ = make()
+    sp.initialize(0, 1, [(30, 39, ACKNOWLEDGED, 1)])
+    sp.on_log_start_offset(7)
+    assert acquire(sp, "m", [(5, 9), (10, 14), (15, 19)], max_records=3).ranges == [(7, 9, 1)]
+    assert acquire(sp, "m", [(10, 14), (15, 19)], max_records=3).ranges == [(10, 14, 1)]
+    check_counts(sp)
+
+
 def test_initialize_rejects_bad_state():
     sp = SharePartition(clock=FakeClock())
     with pytest.raises(ShareStateError):

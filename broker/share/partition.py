@@ -523,10 +523,11 @@ class SharePartition:
             if throttle and acquired > 0:
                 stopped = True  # deliver the suspect records apart from the others
                 break
-            if full and not record_limit and e.count == 0 and e.states is None and e.state == AVAILABLE \
-                    and not e.pending:
-                acquired += self._acquire_hole(e, member_id, log_batches, batch_size, budget - acquired,
-                                               deadline, ranges)
+            if e.count == 0 and e.states is None and e.state == AVAILABLE and not e.pending:
+                if e.first < first_base:
+                    e = self._cut_hole(e, first_base, e.last)
+                acquired += self._acquire_hole(e, min(e.last, last_to_acquire), member_id, log_batches,
+                                               batch_size, record_limit, budget - acquired, deadline, ranges)
                 continue
             if not full or e.states is not None or subset or throttle:
                 if e.states is None:
@@ -699,19 +700,40 @@ class SharePartition:
         return n
 
     def _acquire_hole(
-        self, e: InFlightBatch, member_id: str, log_batches: Sequence[LogBatch], batch_size: int,
-        remaining: int, deadline: float, ranges: list[AcquiredRange],
+        self, e: InFlightBatch, last: int, member_id: str, log_batches: Sequence[LogBatch], batch_size: int,
+        record_limit: bool, remaining: int, deadline: float, ranges: list[AcquiredRange],
     ) -> int:
-        """Acquire a never-delivered hole a load left between persisted batches (``initialize``).
+        """Acquire from the start of a never-delivered hole a load left between persisted
+        batches (``initialize``) up to ``last`` at most, where the read ends.
 
-        Kafka acquires such offsets as new records: up to ``remaining`` at a log-batch boundary,
-        in BatchSize chunks. What is left of the hole stays AVAILABLE with delivery count 0."""
-        del self._cache[e.first]
-        n = self._acquire_new(member_id, log_batches, e.first, e.last, batch_size, False, remaining, deadline, ranges)
-        if e.first + n <= e.last:
-            self._cache[e.first + n] = InFlightBatch(e.first + n, e.last, AVAILABLE, 0)
+        Kafka acquires such offsets as new records (its gap window): up to ``remaining`` at a
+        log-batch boundary, in BatchSize chunks or as record_limit's one range. What is left of
+        the hole stays one hole, AVAILABLE with delivery count 0."""
+        cache = self._cache
+        del cache[e.first]
+        n = self._acquire_new(member_id, log_batches, e.first, last, batch_size, record_limit, remaining,
+                              deadline, ranges)
+        rest = cache.peekitem(cache.bisect_right(last) - 1)[1].last + 1  # past what _acquire_new cached
+        if rest <= e.last:
+            cache[rest] = InFlightBatch(rest, e.last, AVAILABLE, 0)
             self._find_next = True
         return n
+
+    def _cut_hole(self, e: InFlightBatch, lo: int, hi: int) -> InFlightBatch:
+        """The part [lo, hi] of hole ``e`` as an entry of its own; the rest stays a hole.
+
+        Splitting a hole into per-offset state would lose what makes it one: a part a read or
+        compaction reaches would then be acquired as a cached subset (no MaxRecords, BatchSize
+        or throttle size of its own) instead of as new records."""
+        cache = self._cache
+        last = e.last
+        if e.first < lo:
+            e.last = lo - 1
+            e = cache[lo] = InFlightBatch(lo, last, AVAILABLE, 0)
+        if hi < last:
+            cache[hi + 1] = InFlightBatch(hi + 1, last, AVAILABLE, 0)
+            e.last = hi
+        return e
 
     def _archive_stale(self, fetch_offset: int, base_offset: int) -> bool:
         """Archive AVAILABLE records in [fetch_offset, base_offset): compaction removed them."""
@@ -729,6 +751,8 @@ class SharePartition:
             if e.states is None:
                 if e.state != AVAILABLE or e.pending:
                     continue
+                if e.count == 0 and not (e.first >= lo and e.last <= hi):
+                    e = self._cut_hole(e, max(lo, e.first), min(hi, e.last))
                 if e.first >= lo and e.last <= hi:
                     self._unref(e.lock)
                     e.lock = 0

@@ -719,6 +719,16 @@ def test_max_record_locks_limit():
     assert acquire(sp, "m", [(12, 17)]).ranges == [(12, 17, 1)]
 
 
+def test_records_left_below_a_moved_log_start_take_one_lock_of_the_window():
+    """Kafka's endOffset becomes the SPSO when the log start passes every cached record while
+    some are still acquired, so numInFlightRecords is 1, not 0, and the window one smaller."""
+    sp, _ = make(max_in_flight_records=20)
+    acquire(sp, "a", [(0, 9)])
+    sp.on_log_start_offset(10)
+    assert (sp.start_offset, sp.in_flight_count) == (10, 1)
+    assert acquire(sp, "b", [(o, o) for o in range(10, 40)]).ranges == [(10, 28, 1)]
+
+
 def test_fetch_from_middle_of_log_batch_on_empty_cache():
     sp, _ = make(105)
     r = acquire(sp, "m", [(100, 109)], fetch_offset=105)
@@ -779,7 +789,7 @@ def test_log_start_offset_past_everything():
     ack(sp, "m", (0, 4, [RELEASE]))
     sp.on_log_start_offset(20)
     assert sp.start_offset == 20 and sp.end_offset == 20
-    assert sp.in_flight_count == 0
+    assert sp.in_flight_count == 1  # 5-9 are still acquired
     assert sp.next_fetch_offset() == 20
     assert acquire(sp, "n", [(18, 25)], fetch_offset=20).ranges == [(20, 25, 1)]
     sp.expire_locks(LOCK_MS)

@@ -158,8 +158,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
         return self.spso if last is None else max(last, self.spso)
 
     def m_span(self):
-        last = self.m_last()
-        return last - self.spso + 1 if last is not None and last >= self.spso else 0
+        return self.m_end() - self.spso + 1 if self.recs else 0
 
     def m_dcc(self):
         return sum(1 for o, r in self.recs.items() if o >= self.spso and terminal(r.state))

@@ -289,12 +289,11 @@ class SharePartition:
 
     @property
     def in_flight_count(self) -> int:
-        """Span SPSO..endOffset (gaps and terminal records included): what the lock limit caps."""
-        cache = self._cache
-        if not cache:
-            return 0
-        last = cache.peekitem(-1)[1].last
-        return last - self._spso + 1 if last >= self._spso else 0
+        """Span SPSO..endOffset (gaps and terminal records included): what the lock limit caps.
+
+        As Kafka's numInFlightRecords, 1 while only records below a moved log start are cached
+        (its endOffset is then the SPSO)."""
+        return self.end_offset - self._spso + 1 if self._cache else 0
 
     @property
     def acquired_count(self) -> int:

@@ -313,13 +313,23 @@ def test_a_share_fetch_with_acknowledgements_answers_every_partition_it_names(br
         assert set(parts(resp)) == {missing, ghost}
 
 
-def test_a_partition_with_no_batches_is_answered_none(broker, admin, topic_name):
-    tp = (create_topic(admin, topic_name), 0)
+def test_a_partition_with_no_batches_is_answered_none_once_an_acknowledgement_is_applied(
+        broker, admin, topic_name):
+    """KafkaApis.handleAcknowledgements answers the partitions without batches (NONE) along
+    with the share partitions' results; with nothing to apply, only the refused partitions."""
+    tp, (a,) = holding(broker, admin, topic_name, [1])
     never_fetched = (create_topic(admin, topic_name + "-x"), 0)
-    with ShareMember(broker.bootstrap, unique("g")) as a:
-        a.open([tp])
-        resp = a.acknowledge({tp: [], never_fetched: []})
+    ghost = (uuid.uuid4(), 0)
+    try:
+        assert parts(a.acknowledge({tp: [], never_fetched: []})) == {}
+        resp = a.acknowledge({tp: [], ghost: [(0, 0, [ACCEPT])]})
+        assert {k: p.error_code for k, p in parts(resp).items()} == {ghost: UNKNOWN_TOPIC_ID}
+        resp = a.fetch(acks={tp: [], ghost: [(0, 0, [ACCEPT])]})
+        assert {k: p.acknowledge_error_code for k, p in parts(resp).items()} == {ghost: UNKNOWN_TOPIC_ID}
+        resp = a.acknowledge({tp: [(0, 0, [ACCEPT])], never_fetched: []})
         assert {k: p.error_code for k, p in parts(resp).items()} == {tp: NONE, never_fetched: NONE}
+    finally:
+        a.close()
 
 
 # --- renew (v2) -----------------------------------------------------------------------------------

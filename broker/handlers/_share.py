@@ -36,7 +36,7 @@ def split_acks(broker, partitions, version: int, is_renew_ack: bool):
 
     Kafka's order (KafkaApis.handleAcknowledgements): an unknown topic id, then the batches'
     shape, then an unknown partition. A partition without batches is NONE and does nothing,
-    even with no share partition loaded."""
+    even with no share partition loaded (see ``apply_acks``)."""
     acks: dict[tuple[UUID, int], list] = {}
     codes: dict[tuple[UUID, int], ErrorCode] = {}
     for topic_id, p, batches in partitions:
@@ -57,13 +57,19 @@ def split_acks(broker, partitions, version: int, is_renew_ack: bool):
 
 async def apply_acks(broker, group_id: str, member_id: str, acks, codes: dict) -> dict:
     """Apply ``split_acks``' acks, adding each partition's code to ``codes``; returns the
-    messages of the refused ones (SharePartition's reasons)."""
+    messages of the refused ones (SharePartition's reasons).
+
+    With no acknowledgement left to apply, Kafka (KafkaApis.handleAcknowledgements) answers
+    only the refused partitions: those without batches are dropped from ``codes``."""
+    if not acks:
+        for tp in [tp for tp, code in codes.items() if not code]:
+            del codes[tp]
+        return {}
     messages = {}
-    if acks:
-        for tp, (code, msg) in (await broker.share_manager.acknowledge(group_id, member_id, acks)).items():
-            codes[tp] = code
-            if msg:
-                messages[tp] = msg
+    for tp, (code, msg) in (await broker.share_manager.acknowledge(group_id, member_id, acks)).items():
+        codes[tp] = code
+        if msg:
+            messages[tp] = msg
     return messages
 
 

@@ -43,10 +43,9 @@ async def handle(ctx, req) -> ShareAcknowledgeResponse:
         await close_session(broker, session)
 
     by_topic: dict = {}
-    for (topic_id, p) in dict.fromkeys((t, p) for t, p, _ in parts):
+    for (topic_id, p) in dict.fromkeys((t, p) for t, p, _ in parts if (t, p) in results):
         by_topic.setdefault(topic_id, []).append(
-            PartitionData(partition_index=p, error_code=results.get((topic_id, p), ErrorCode.NONE),
-                          error_message=messages.get((topic_id, p)))
+            PartitionData(partition_index=p, error_code=results[(topic_id, p)], error_message=messages.get((topic_id, p)))
         )
     return ShareAcknowledgeResponse(
         acquisition_lock_timeout_ms=broker.share_manager.lock_duration_ms(group),

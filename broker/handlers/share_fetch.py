@@ -65,7 +65,8 @@ async def handle(ctx, req) -> ShareFetchResponse:
             listed[(t.topic_id, p.partition_index)] = None
             ack_parts.append((t.topic_id, p.partition_index, p.acknowledgement_batches))
     # When any partition carries acknowledgements, Kafka answers the acknowledgement of every
-    # partition the request names (NONE where it had no batches), and lists each of them.
+    # partition the request names (NONE where it had no batches, unless none of them could be
+    # applied: see apply_acks), and lists each of them.
     has_acks = any(batches for _, _, batches in ack_parts)
     forgotten = [(t.topic_id, p) for t in req.forgotten_topics_data for p in t.partitions]
 

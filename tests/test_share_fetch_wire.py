@@ -544,6 +544,18 @@ def test_min_bytes_waits_for_more_data_until_max_wait(broker, admin, topic_name)
         assert 0.45 <= took < PROMPT_S, took
 
 
+def test_min_bytes_is_capped_at_max_bytes(broker, admin, topic_name):
+    """KafkaApis.handleFetchFromShareFetchRequest waits for min(MinBytes, MaxBytes): a fetch
+    that may take no more than is already there answers at once."""
+    tp = (create_topic(admin, topic_name), 0)
+    with ShareMember(broker.bootstrap, unique("g")) as m:
+        m.open([tp])
+        produce_batches(admin, topic_name, [1])
+        resp, took = m.timed_fetch(max_wait_ms=10_000, min_bytes=1 << 20, max_bytes=10)
+        assert all_acquired(resp) == {tp: [(0, 0, 1)]}
+        assert took < PROMPT_S, took
+
+
 def test_closing_the_connection_releases_the_members_records(broker, admin, topic_name):
     tp = (create_topic(admin, topic_name), 0)
     group = unique("g")

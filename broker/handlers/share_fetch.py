@@ -104,9 +104,10 @@ async def handle(ctx, req) -> ShareFetchResponse:
             else:
                 wanted.append((topic_id, p, name))
         if wanted:
+            max_bytes = broker.server.response_bytes(min(req.max_bytes, broker.config["fetch.max.bytes"]))
             params = FetchParams(
-                max_wait_ms=req.max_wait_ms, min_bytes=req.min_bytes,
-                max_bytes=broker.server.response_bytes(min(req.max_bytes, broker.config["fetch.max.bytes"])),
+                max_wait_ms=req.max_wait_ms, min_bytes=min(req.min_bytes, max_bytes),
+                max_bytes=max_bytes,
                 max_records=req.max_records, batch_size=req.batch_size,
                 acquire_mode=req.share_acquire_mode if v >= 2 else 0,
             )

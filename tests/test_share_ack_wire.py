@@ -9,9 +9,11 @@ import uuid
 
 import pytest
 
+from protocol.messages import initialize_share_group_state_request as init_req
 from tests.raw_client import RawClient
 from tests.test_share_wire_support import (
     ACCEPT,
+    INITIALIZE_SHARE_GROUP_STATE,
     GAP,
     REJECT,
     RELEASE,
@@ -29,6 +31,7 @@ from tests.test_share_wire_support import (
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
 INVALID_REQUEST = 42
 UNKNOWN_TOPIC_ID = 100
 INVALID_RECORD_STATE = 121
@@ -269,6 +272,29 @@ def test_unknown_topics_partitions_and_share_partitions(broker, admin, topic_nam
         p = parts(a.fetch(acks={never_fetched: [(0, 0, [ACCEPT])]}))[never_fetched]
         assert (p.acknowledge_error_code, p.acknowledge_error_message) == (
             UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+    finally:
+        a.close()
+
+
+def test_a_partition_refused_for_leadership_names_the_current_leader(broker, admin, topic_name):
+    """Kafka's processShareAcknowledgeResponse (and processShareFetchResponse) fill CurrentLeader
+    and NodeEndpoints for NOT_LEADER_OR_FOLLOWER: here a write fenced by state another
+    InitializeShareGroupState replaced with a newer state epoch."""
+    group = unique("g")
+    tp, (a,) = holding(broker, admin, topic_name, [1], group=group)
+    try:
+        init = admin.request(INITIALIZE_SHARE_GROUP_STATE, 0, init_req.InitializeShareGroupStateRequest(
+            group_id=group, topics=[init_req.InitializeStateData(topic_id=tp[0], partitions=[
+                init_req.PartitionData(partition=0, state_epoch=99, start_offset=0)])]))
+        assert init.results[0].partitions[0].error_code == NONE
+        resp = a.acknowledge({tp: [(0, 0, [ACCEPT])]})
+        p = parts(resp)[tp]
+        assert p.error_code == NOT_LEADER_OR_FOLLOWER
+        host, port = broker.bootstrap.rsplit(":", 1)
+        assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (1, 0)  # node.id 1
+        assert [(e.node_id, e.host, e.port) for e in resp.node_endpoints] == [(1, host, int(port))]
+        resp = a.acknowledge({tp: [(0, 0, [ACCEPT])]})  # the stale share partition was dropped
+        assert (parts(resp)[tp].error_code, resp.node_endpoints) == (UNKNOWN_TOPIC_OR_PARTITION, [])
     finally:
         a.close()
 

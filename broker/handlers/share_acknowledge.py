@@ -10,13 +10,15 @@ import logging
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.share_acknowledge_response import (
+    LeaderIdAndEpoch,
+    NodeEndpoint,
     PartitionData,
     ShareAcknowledgeResponse,
     ShareAcknowledgeTopicResponse,
 )
 
 from ..share.sessions import CLOSE
-from ._share import apply_acks, check_identity, close_session, split_acks
+from ._share import apply_acks, check_identity, close_session, point_at_the_leader, split_acks
 
 API_KEY = 79
 MIN_VERSION, MAX_VERSION = 1, 2
@@ -43,14 +45,16 @@ async def handle(ctx, req) -> ShareAcknowledgeResponse:
         await close_session(broker, session)
 
     by_topic: dict = {}
-    for (topic_id, p) in dict.fromkeys((t, p) for t, p, _ in parts if (t, p) in results):
-        by_topic.setdefault(topic_id, []).append(
-            PartitionData(partition_index=p, error_code=results[(topic_id, p)], error_message=messages.get((topic_id, p)))
+    for tp in dict.fromkeys((t, p) for t, p, _ in parts if (t, p) in results):
+        by_topic.setdefault(tp[0], []).append(
+            PartitionData(partition_index=tp[1], error_code=results[tp], error_message=messages.get(tp))
         )
-    return ShareAcknowledgeResponse(
+    resp = ShareAcknowledgeResponse(
         acquisition_lock_timeout_ms=broker.share_manager.lock_duration_ms(group),
         responses=[ShareAcknowledgeTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()],
     )
+    point_at_the_leader(broker, resp, LeaderIdAndEpoch, NodeEndpoint)
+    return resp
 
 
 def error_response(req, version: int, code: int) -> ShareAcknowledgeResponse:

@@ -15,6 +15,8 @@ from itertools import starmap
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.share_fetch_response import (
     AcquiredRecords,
+    LeaderIdAndEpoch,
+    NodeEndpoint,
     PartitionData,
     ShareFetchableTopicResponse,
     ShareFetchResponse,
@@ -27,6 +29,7 @@ from ._share import (
     check_identity,
     close_session,
     connection_gone,
+    point_at_the_leader,
     resolve,
     split_acks,
     tie_session_to_connection,
@@ -130,10 +133,9 @@ async def handle(ctx, req) -> ShareFetchResponse:
         has_records = f is not None and f.acquired
         if not (full or has_records or code or tp in ack_results or tp in added):
             continue
-        part = PartitionData(
+        part = PartitionData(  # no ErrorMessage: Kafka's getResponsePartitionData drops it
             partition_index=tp[1],
             error_code=code,
-            error_message=f.error_message if f is not None else None,
             acknowledge_error_code=ack_results.get(tp, ErrorCode.NONE),
             acknowledge_error_message=ack_messages.get(tp),
             records=f.records if has_records else None,
@@ -142,10 +144,12 @@ async def handle(ctx, req) -> ShareFetchResponse:
             acquired_records=list(starmap(AcquiredRecords, f.acquired)) if has_records else [],
         )
         by_topic.setdefault(tp[0], []).append(part)
-    return ShareFetchResponse(
+    resp = ShareFetchResponse(
         acquisition_lock_timeout_ms=manager.lock_duration_ms(group),
         responses=[ShareFetchableTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()],
     )
+    point_at_the_leader(broker, resp, LeaderIdAndEpoch, NodeEndpoint)
+    return resp
 
 
 def error_response(req, version: int, code: int) -> ShareFetchResponse:

@@ -85,7 +85,6 @@ class PartitionFetch:
     served_records.py) and acquired ranges."""
 
     error_code: int = ErrorCode.NONE
-    error_message: str | None = None
     records: list = field(default_factory=list)
     acquired: list[tuple[int, int, int]] = field(default_factory=list)
 
@@ -315,7 +314,7 @@ class SharePartitionManager:
                 try:
                     leader = await self._loaded(group_id, topic_id, p, topic)
                 except KafkaError as e:
-                    results[(topic_id, p)] = PartitionFetch(e.code, e.message)
+                    results[(topic_id, p)] = PartitionFetch(e.code)  # the load logged why
                     continue
             leaders.append((topic_id, p, topic, leader))
         if not leaders or params.max_records <= 0 or params.max_bytes <= 0:

@@ -166,6 +166,19 @@ def test_subscribing_to_missing_topic_then_it_appears():
     assert r.member_epoch == 2 and r.assignment == [(later.topic_id, [0, 1, 2])]
 
 
+def test_a_missing_topic_in_one_subscription_makes_the_group_heterogeneous():
+    """Kafka's ModernGroup.subscriptionType counts subscribed topic names, a topic that does
+    not exist included, so members naming different topics are balanced per topic: with one
+    partition each and two subscribers, both members hold both partitions."""
+    a, b = TopicInfo(uuid.UUID(int=0xD4), "a", 1), TopicInfo(uuid.UUID(int=0xE5), "b", 1)
+    c = coordinator(a, b)
+    hb(c, MEMBER_A, 0, ["a", "b", "missing"])
+    r = hb(c, MEMBER_B, 0, ["a", "b"])
+    assert (r.member_epoch, partitions(r, a), partitions(r, b)) == (2, [0], [0])
+    both = {a.topic_id: frozenset({0}), b.topic_id: frozenset({0})}
+    assert c.share_group("g").targets == {MEMBER_A: both, MEMBER_B: both}
+
+
 # --- request validation and errors -------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [

@@ -60,6 +60,7 @@ def desired_counts(num_members: int, num_partitions: int) -> list[int]:
 def assign(
     members: Mapping[Hashable, MemberSpec],
     topics: Mapping[Hashable, PartitionsSpec],
+    homogeneous: bool | None = None,
 ) -> dict[Hashable, dict[Hashable, set[int]]]:
     """The new target assignment: member id -> topic id -> partitions.
 
@@ -67,7 +68,9 @@ def assign(
     may be assigned now (share groups only assign initialised share partitions).
     Subscribed topics missing from ``topics`` contribute nothing (Kafka raises there;
     the coordinator only passes topics that exist). Every member appears in the
-    result; topics with no partitions for a member are left out.
+    result; topics with no partitions for a member are left out. ``homogeneous``:
+    Kafka's subscription type, which it decides from the subscribed topic *names*, a
+    topic that does not exist included; None decides it from the assignable topics.
     """
     if not members:
         return {}
@@ -79,7 +82,9 @@ def assign(
     result: dict[Hashable, dict[Hashable, set[int]]] = {m: {} for m in order}
 
     first = subscriptions[order[0]]
-    if all(subscriptions[m] == first for m in order):
+    if homogeneous is None:
+        homogeneous = all(subscriptions[m] == first for m in order)
+    if homogeneous:
         scopes = [(order, sorted(first))]
     else:
         every_topic = sorted(set().union(*subscriptions.values()))

@@ -458,7 +458,9 @@ class ShareGroupCoordinator:
             topic = self._topics.topic_by_name(name)
             if topic is not None:
                 topics[topic.topic_id] = self._assignable(group.group_id, topic)
-        return {mid: normalize(a) for mid, a in assign(specs, topics).items()}
+        # Kafka's ModernGroup.subscriptionType: homogeneous when every member names the same topics.
+        names = {frozenset(m.subscribed_topic_names) for m in members.values()}
+        return {mid: normalize(a) for mid, a in assign(specs, topics, len(names) <= 1).items()}
 
     def _filter(self, target: Assignment, subscription: tuple[str, ...]) -> Assignment:
         """The part of a target on topics the member subscribes to now."""

@@ -545,6 +545,24 @@ def test_min_bytes_waits_for_more_data_until_max_wait(broker, admin, topic_name)
         assert 0.45 <= took < PROMPT_S, took
 
 
+def test_partitions_that_returned_records_move_behind_the_others(broker, admin, topic_name):
+    """Kafka rotates a session's partitions by its epoch, and its ShareSessionContext moves those
+    that returned records in an incremental response to the end of the session: with records
+    waiting on both partitions and MaxRecords taken by one, p1, p0, p0, p1 are served."""
+    tid = create_topic(admin, topic_name, partitions=2)
+    p0, p1 = (tid, 0), (tid, 1)
+    with ShareMember(broker.bootstrap, unique("g")) as m:
+        m.open([p0, p1])
+        served = []
+        for _ in range(4):
+            for p in (0, 1):
+                produce_batches(admin, topic_name, [3], partition=p)
+            got = all_acquired(m.fetch(max_wait_ms=5000, max_records=3))
+            assert len(got) == 1, got
+            served.extend(got)
+        assert served == [p1, p0, p0, p1]
+
+
 def test_min_bytes_is_capped_at_max_bytes(broker, admin, topic_name):
     """KafkaApis.handleFetchFromShareFetchRequest waits for min(MinBytes, MaxBytes): a fetch
     that may take no more than is already there answers at once."""

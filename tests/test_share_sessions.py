@@ -68,3 +68,12 @@ def test_forget_deleted_topic():
     s, _ = c.open("g", "m", [(T, 0), (other, 0)])
     c.forget_partitions(T)
     assert list(s.partitions) == [(other, 0)]
+
+
+def test_partitions_that_returned_records_go_to_the_end_of_the_fetch_order():
+    c = ShareSessionCache(10)
+    s, _ = c.open("g", "m", [1, 2, 3])
+    s.served_last([1, 4])  # 4: not (or no longer) in the session
+    assert list(s.partitions) == [2, 3, 1]
+    s.served_last([2, 3])
+    assert list(s.partitions) == [1, 2, 3]

@@ -144,6 +144,8 @@ async def handle(ctx, req) -> ShareFetchResponse:
             acquired_records=list(starmap(AcquiredRecords, f.acquired)) if has_records else [],
         )
         by_topic.setdefault(tp[0], []).append(part)
+    if not full:
+        session.served_last([tp for tp, f in fetched.items() if f.acquired])
     resp = ShareFetchResponse(
         acquisition_lock_timeout_ms=manager.lock_duration_ms(group),
         responses=[ShareFetchableTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()],

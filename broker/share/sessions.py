@@ -38,6 +38,15 @@ class ShareSession:
     def key(self) -> tuple[str, str]:
         return self.group_id, self.member_id
 
+    def served_last(self, served) -> None:
+        """Move the partitions an incremental response returned records for to the end of the
+        fetch order, as Kafka's ShareSessionContext does (its rotation then applies on top)."""
+        parts = self.partitions
+        for tp in served:
+            if tp in parts:
+                del parts[tp]
+                parts[tp] = None
+
 
 class ShareSessionCache:
     def __init__(self, max_sessions: int) -> None:

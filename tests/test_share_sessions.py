@@ -73,7 +73,18 @@ def test_forget_deleted_topic():
 def test_partitions_that_returned_records_go_to_the_end_of_the_fetch_order():
     c = ShareSessionCache(10)
     s, _ = c.open("g", "m", [1, 2, 3])
-    s.served_last([1, 4])  # 4: not (or no longer) in the session
+    s.responded({}, [1, 4])  # 4: not (or no longer) in the session
     assert list(s.partitions) == [2, 3, 1]
-    s.served_last([2, 3])
+    s.responded({}, [2, 3])
     assert list(s.partitions) == [1, 2, 3]
+
+
+def test_a_partition_read_with_an_error_is_resent_once_after_it():
+    c = ShareSessionCache(10)
+    s, _ = c.open("g", "m", [1, 2])
+    s.responded({1: 3, 2: 0}, [])
+    assert s.resend == {1}
+    s.responded({2: 0}, [])  # not read: still owed
+    assert s.resend == {1}
+    s.responded({1: 0}, [])
+    assert s.resend == set()

@@ -95,11 +95,11 @@ async def handle(ctx, req) -> ShareFetchResponse:
 
     fetched: dict[tuple, object] = {}
     errors: dict[tuple, ErrorCode] = {}
+    wanted: list[tuple] = []  # (topic id, partition, name) this fetch reads
     if epoch == CLOSE:
         await close_session(broker, session)
     elif not req.is_renew_ack:
         order = rotated(list(session.partitions), epoch)
-        wanted = []
         for topic_id, p in order:
             name, code = resolve(broker, topic_id, p)
             if code:
@@ -123,15 +123,19 @@ async def handle(ctx, req) -> ShareFetchResponse:
                     await manager.release(group, member, got)
 
     # Initial and final responses list every partition; incremental ones only those with
-    # news: records, an error, an acknowledgement result, or newly added to the session.
+    # news: records, an error, an acknowledgement result, newly added to the session, or read
+    # again after an error (ShareSession.responded).
     full = epoch in (OPEN, CLOSE)
-    include = list(dict.fromkeys([*fetched, *errors, *ack_results, *added]))
+    read = dict(errors)  # each partition this fetch read, with its code
+    read.update(((t, p), fetched[(t, p)].error_code if (t, p) in fetched else ErrorCode.NONE) for t, p, _ in wanted)
+    resend = [tp for tp in read if tp in session.resend]
+    include = list(dict.fromkeys([*fetched, *errors, *ack_results, *added, *resend]))
     by_topic: dict = {}
     for tp in include:
         f = fetched.get(tp)
         code = errors.get(tp, f.error_code if f is not None else ErrorCode.NONE)
         has_records = f is not None and f.acquired
-        if not (full or has_records or code or tp in ack_results or tp in added):
+        if not (full or has_records or code or tp in ack_results or tp in added or tp in resend):
             continue
         part = PartitionData(  # no ErrorMessage: Kafka's getResponsePartitionData drops it
             partition_index=tp[1],
@@ -145,7 +149,7 @@ async def handle(ctx, req) -> ShareFetchResponse:
         )
         by_topic.setdefault(tp[0], []).append(part)
     if not full:
-        session.served_last([tp for tp, f in fetched.items() if f.acquired])
+        session.responded(read, [tp for tp, f in fetched.items() if f.acquired])
     resp = ShareFetchResponse(
         acquisition_lock_timeout_ms=manager.lock_duration_ms(group),
         responses=[ShareFetchableTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()],

@@ -33,14 +33,24 @@ class ShareSession:
     # Insertion-ordered: the fetch order, rotated by the caller for fairness.
     partitions: dict[TopicPartition, None] = field(default_factory=dict)
     connection_id: int | None = None
+    # Partitions whose last read failed: the next incremental response lists them once more.
+    resend: set[TopicPartition] = field(default_factory=set)
 
     @property
     def key(self) -> tuple[str, str]:
         return self.group_id, self.member_id
 
-    def served_last(self, served) -> None:
-        """Move the partitions an incremental response returned records for to the end of the
-        fetch order, as Kafka's ShareSessionContext does (its rotation then applies on top)."""
+    def responded(self, read: dict, served) -> None:
+        """Kafka's ShareSessionContext after an incremental response. ``read``: the error code
+        of each partition the fetch read; ``served``: those it returned records for, which move
+        to the end of the fetch order (the epoch's rotation applies on top). A partition read
+        with an error is listed in the next response that reads it again, error or not
+        (CachedSharePartition's requiresUpdateInResponse), so the client sees it clear."""
+        for tp, code in read.items():
+            if code:
+                self.resend.add(tp)
+            else:
+                self.resend.discard(tp)
         parts = self.partitions
         for tp in served:
             if tp in parts:

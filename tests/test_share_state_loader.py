@@ -387,6 +387,40 @@ def test_degenerate_requests_get_an_empty_response_even_when_not_active(req):
     assert run(svc.write_state(req)).results == []
 
 
+def test_summary_delete_and_initialize_check_the_coordinator_runs_before_the_requests_shape():
+    """ShareCoordinatorService's readStateSummary, deleteState and initializeState answer
+    COORDINATOR_NOT_AVAILABLE for every partition named before looking at the group id or
+    at topics without partitions (write and read look first, above)."""
+    svc = ShareCoordinatorService(active=False)
+    for call, req in ((svc.read_state_summary, summary("", [(T1, 0)])), (svc.delete_state, delete("", T1, 0)),
+                      (svc.initialize_state, init("", T1, 0))):
+        [p] = run(call(req)).results[0].partitions
+        assert (p.error_code, p.error_message) == (ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                                   "Share coordinator is not available.")
+
+
+def test_a_topic_named_twice_is_one_topic():
+    """Kafka keys a state RPC's work by topic id and partition: a topic named twice is written
+    once per partition and answered as one topic."""
+    journal = FailingJournal()
+    svc = ShareCoordinatorService(num_partitions=1, journal=journal)
+    req = ireq.InitializeShareGroupStateRequest(group_id="g", topics=[
+        ireq.InitializeStateData(topic_id=T1, partitions=[ireq.PartitionData(partition=p, start_offset=0)])
+        for p in (0, 1)])
+    resp = run(svc.initialize_state(req))
+    assert [(t.topic_id, [(p.partition, p.error_code) for p in t.partitions]) for t in resp.results] == \
+        [(T1, [(0, 0), (1, 0)])]
+    assert sorted(r.key.partition for records in journal.appended for r in records) == [0, 1]
+
+
+def test_initialize_with_state_epoch_minus_one_is_not_fenced():
+    """Kafka's maybeGetInitializeStateError fences only a state epoch that is not -1."""
+    svc = ShareCoordinatorService(num_partitions=4)
+    for state_epoch, code in ((5, 0), (3, ErrorCode.FENCED_STATE_EPOCH), (-1, 0)):
+        [p] = run(svc.initialize_state(init("g", T1, 0, state_epoch=state_epoch))).results[0].partitions
+        assert p.error_code == code, state_epoch
+
+
 class FailingJournal:
     def __init__(self, append_error=None, sync_error=None):
         self.append_error, self.sync_error = append_error, sync_error

@@ -214,26 +214,36 @@ class ShareCoordinatorService:
     # --- plumbing -----------------------------------------------------------------------------
 
     def _split(self, request) -> dict[int, object]:
-        """One sub-request per state partition, keeping the request's topic order."""
+        """One sub-request per state partition, keeping the request's topic order. A topic named
+        twice is one topic with the partitions of both, as Kafka keys its work by topic id."""
         if len(request.topics) == 1 and len(request.topics[0].partitions) == 1:  # a leader's write
             topic = request.topics[0]
             return {self.partition_of(request.group_id, topic.topic_id, topic.partitions[0].partition): request}
         parts: dict[int, dict[UUID, list]] = {}
+        firsts: dict[UUID, object] = {}  # each topic id's first entry
         for topic in request.topics:
+            firsts.setdefault(topic.topic_id, topic)
             for p in topic.partitions:
                 sp = self.partition_of(request.group_id, topic.topic_id, p.partition)
                 parts.setdefault(sp, {}).setdefault(topic.topic_id, []).append(p)
         return {
-            sp: request.copy(topics=[t.copy(partitions=parts[sp][t.topic_id]) for t in request.topics
-                                     if t.topic_id in parts[sp]])
+            sp: request.copy(topics=[firsts[tid].copy(partitions=ps) for tid, ps in parts[sp].items()])
             for sp in parts
         }
 
     async def _run(self, request, api: _Api, op):
-        if not request.topics or any(not t.partitions for t in request.topics) or not request.group_id:
+        # ShareCoordinatorService's order: read and write answer a request naming nothing before
+        # checking that the coordinator runs, summary and delete after; initialize needs topics
+        # only (one without partitions just gets no result).
+        if not request.topics:
+            return api.response()
+        incomplete = any(not t.partitions for t in request.topics) or not request.group_id
+        if incomplete and (api is READ or api is WRITE):
             return api.response()
         if not self.active:
             return error_response(api, request, ErrorCode.COORDINATOR_NOT_AVAILABLE, NOT_ACTIVE_MESSAGE)
+        if incomplete and api is not INITIALIZE:
+            return api.response()
         responses: list = []
         pending: list[tuple[int, int, object, list[int]]] = []  # (index, state partition, sub, offsets)
         for sp, sub in self._split(request).items():

@@ -499,8 +499,8 @@ class ShareCoordinatorShard:
                 try:
                     self._check_partition(p.partition)
                     entry = overlay.get(key)
-                    if entry is not None and entry.state_epoch_fence is not None \
-                            and entry.state_epoch_fence > p.state_epoch:
+                    if p.state_epoch != -1 and entry is not None and entry.state_epoch_fence is not None \
+                            and entry.state_epoch_fence > p.state_epoch:  # -1: not fenced, as Kafka
                         raise _PartitionError(ErrorCode.FENCED_STATE_EPOCH, FENCED_STATE_EPOCH_MESSAGE)
                     self._check_topic(topic.topic_id, p.partition)
                 except _PartitionError as e:

@@ -252,7 +252,8 @@ def _describe_raw(b, group: str, topic: str):
 
 def test_a_failing_persister_is_a_group_level_error(local, monkeypatch):
     """Kafka fails the whole group when ReadShareGroupStateSummary fails: its code (or
-    UNKNOWN_SERVER_ERROR with the failure's text for an unexpected one), and no topics."""
+    UNKNOWN_SERVER_ERROR for an unexpected failure), with the code's default message as
+    KafkaApis sets it (Errors.forException(e).message), and no topics."""
     ops = [("produce", 2), ("fetch", "member-a", 2), ("ack", "member-a", ACCEPT, 0, 1)]
     local.loop.run_until_complete(run_ops(local, ops))
     n = next(_names) - 1
@@ -266,13 +267,31 @@ def test_a_failing_persister_is_a_group_level_error(local, monkeypatch):
             raise self.error
 
     for error, code, message in [
-        (RuntimeError("disk on fire"), ErrorCode.UNKNOWN_SERVER_ERROR, "disk on fire"),
+        (RuntimeError("disk on fire"), ErrorCode.UNKNOWN_SERVER_ERROR,
+         "The server experienced an unexpected error when processing the request."),
         (KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE), ErrorCode.COORDINATOR_NOT_AVAILABLE,
          "The coordinator is not available."),
     ]:
         monkeypatch.setattr(runtime, "_persister", lambda error=error: Failing(error))
         (g,) = local.loop.run_until_complete(_describe_raw(local.broker, f"lag-group-{n}", f"lag-{n}")).groups
         assert (g.error_code, g.error_message, g.topics) == (code, message, [])
+
+
+@pytest.mark.parametrize("group_id, partitions", [("", [0]), (None, []), (None, [-1, 0])])
+def test_a_summary_read_kafkas_persister_refuses_fails_the_group(local, group_id, partitions):
+    """DefaultStatePersister.validateGroupTopicPartitionData throws for an empty group id, an
+    existing topic without partitions or a negative partition; KafkaApis answers the group
+    UNKNOWN_SERVER_ERROR with no topics. A topic that does not exist never gets that far."""
+    ops = [("produce", 2), ("fetch", "member-a", 2)]
+    local.loop.run_until_complete(run_ops(local, ops))
+    n = next(_names) - 1
+    group = f"lag-group-{n}" if group_id is None else group_id
+    req = DescribeShareGroupOffsetsRequest(groups=[DescribeShareGroupOffsetsRequestGroup(
+        group_id=group, topics=[DescribeShareGroupOffsetsRequestTopic(topic_name=f"lag-{n}", partitions=partitions),
+                                DescribeShareGroupOffsetsRequestTopic(topic_name="no-such-topic", partitions=[0])])])
+    (g,) = local.loop.run_until_complete(describe_handler.handle(ctx(local.broker, 90, 1), req)).groups
+    assert (g.error_code, g.error_message, g.topics) == (
+        ErrorCode.UNKNOWN_SERVER_ERROR, "The server experienced an unexpected error when processing the request.", [])
 
 
 def test_a_partition_whose_log_is_gone_has_its_own_error(local, monkeypatch):

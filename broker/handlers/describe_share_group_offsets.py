@@ -63,9 +63,9 @@ async def _group(broker, g) -> DescribeShareGroupOffsetsResponseGroup:
     wanted = None if g.topics is None else [(t.topic_name, list(t.partitions)) for t in g.topics]
     try:
         topics = await broker.group_coordinator.share_group_offsets(g.group_id, wanted)
-    except KafkaError as e:
+    except KafkaError as e:  # KafkaApis answers Errors.forException(e) with its default message
         return DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id, error_code=e.code,
-                                                      error_message=error_message(e.code, e.message))
+                                                      error_message=error_message(e.code))
     return DescribeShareGroupOffsetsResponseGroup(group_id=g.group_id, topics=[
         DescribeShareGroupOffsetsResponseTopic(
             topic_name=t.name, topic_id=t.topic_id or ZERO_UUID,

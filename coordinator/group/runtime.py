@@ -552,6 +552,10 @@ class GroupCoordinatorRuntime:
                     out.append(TopicOffsets(name, None, [(p, None) for p in partitions]))
                 else:
                     wanted.append((topic, list(partitions)))
+        if wanted and (not group_id or any(not ps or min(ps) < 0 for _, ps in wanted)):
+            # Kafka's DefaultStatePersister refuses such a summary read outright
+            # (validateGroupTopicPartitionData), which fails the group.
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, "invalid share state summary request")
         pairs = [(t.topic_id, p) for t, ps in wanted for p in ps]
         if not pairs:
             return out

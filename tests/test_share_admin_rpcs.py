@@ -272,6 +272,18 @@ def test_alter_offsets_errors(client, group, topic_name):
     assert alter(client, group, {topic_name: {0: 0}}).error_code == 0
 
 
+def test_alter_offsets_lists_unknown_topics_first_and_each_topic_once(client, group, topic_name):
+    """KafkaApis.handleAlterShareGroupOffsetsRequest adds the unknown topics to its response
+    builder before merging the coordinator's answer, one entry per topic name."""
+    create_topic(client, topic_name, 2)
+    resp = client.request(ALTER_OFFSETS, 0, AlterShareGroupOffsetsRequest(group_id=group, topics=[
+        AlterShareGroupOffsetsRequestTopic(topic_name=t, partitions=[
+            AlterShareGroupOffsetsRequestPartition(partition_index=p, start_offset=0)])
+        for t, p in ((topic_name, 0), ("zz-no-such-topic", 0), ("aa-no-such-topic", 0), ("zz-no-such-topic", 1))]))
+    assert [(t.topic_name, [p.partition_index for p in t.partitions]) for t in resp.responses] == [
+        ("zz-no-such-topic", [0, 1]), ("aa-no-such-topic", [0]), (topic_name, [0])]
+
+
 def test_alter_offsets_creates_the_group_and_consumption_starts_there(client, group, topic_name):
     tid = create_topic(client, topic_name, 1)
     produce_batches(client, topic_name, [1] * 6)

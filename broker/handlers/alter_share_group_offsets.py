@@ -41,18 +41,18 @@ async def handle(ctx, req) -> AlterShareGroupOffsetsResponse:
             req.group_id, topics, invalidate=broker.share_manager.forget_share_state)
     except KafkaError as e:
         return _error(e.code, e.message)
-    return AlterShareGroupOffsetsResponse(responses=[
-        AlterShareGroupOffsetsResponseTopic(
-            topic_name=t.name, topic_id=t.topic_id or ZERO_UUID,
-            partitions=[
-                AlterShareGroupOffsetsResponsePartition(
-                    partition_index=p, error_code=code,
-                    error_message=error_message(code, message))
-                for p, code, message in t.partitions
-            ],
-        )
-        for t in altered
-    ])
+    # KafkaApis' response builder lists the unknown topics first, then merges in the
+    # coordinator's answer; a topic named twice is one entry.
+    by_name: dict[str, AlterShareGroupOffsetsResponseTopic] = {}
+    for t in sorted(altered, key=lambda t: t.topic_id is not None):
+        entry = by_name.setdefault(t.name, AlterShareGroupOffsetsResponseTopic(
+            topic_name=t.name, topic_id=t.topic_id or ZERO_UUID))
+        entry.partitions += [
+            AlterShareGroupOffsetsResponsePartition(partition_index=p, error_code=code,
+                                                    error_message=error_message(code, message))
+            for p, code, message in t.partitions
+        ]
+    return AlterShareGroupOffsetsResponse(responses=list(by_name.values()))
 
 
 def error_response(req, version: int, code: int) -> AlterShareGroupOffsetsResponse:

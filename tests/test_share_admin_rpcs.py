@@ -212,6 +212,17 @@ def test_describe_offsets_of_an_unknown_group_or_topic_is_absent_data(client, gr
     assert offsets(client, group, {}).topics == []
 
 
+def test_describe_offsets_answers_each_partition_once_in_order(client, group, topic_name):
+    """Kafka's persister answers from maps keyed by topic id and partition: a topic named twice
+    is one topic, and its partitions come once each, ascending."""
+    create_topic(client, topic_name, 3)
+    (g,) = client.request(DESCRIBE_OFFSETS, 1, DescribeShareGroupOffsetsRequest(groups=[
+        DescribeShareGroupOffsetsRequestGroup(group_id=group, topics=[
+            DescribeShareGroupOffsetsRequestTopic(topic_name=topic_name, partitions=[2, 0]),
+            DescribeShareGroupOffsetsRequestTopic(topic_name=topic_name, partitions=[1, 0])])])).groups
+    assert [(t.topic_name, [p.partition_index for p in t.partitions]) for t in g.topics] == [(topic_name, [0, 1, 2])]
+
+
 def test_describe_offsets_of_an_uninitialised_partition_has_unknown_lag(client, group, topic_name):
     create_topic(client, topic_name, 2)
     join(client, group, [topic_name])  # initialised with start offset -1: not consumed yet

@@ -546,12 +546,16 @@ class GroupCoordinatorRuntime:
                 if topic is not None:
                     wanted.append((topic, sorted(partitions)))
         else:
+            named: dict[str, tuple[TopicInfo, set[int]]] = {}
             for name, partitions in topics:
                 topic = snapshot.topic_by_name(name)
                 if topic is None:
                     out.append(TopicOffsets(name, None, [(p, None) for p in partitions]))
                 else:
-                    wanted.append((topic, list(partitions)))
+                    named.setdefault(name, (topic, set()))[1].update(partitions)
+            # Kafka's persister answers from maps keyed by topic id and partition: each once,
+            # the partitions ascending.
+            wanted = [(topic, sorted(ps)) for topic, ps in named.values()]
         if wanted and (not group_id or any(not ps or min(ps) < 0 for _, ps in wanted)):
             # Kafka's DefaultStatePersister refuses such a summary read outright
             # (validateGroupTopicPartitionData), which fails the group.

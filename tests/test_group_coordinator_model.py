@@ -396,8 +396,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
             for name in m.subscribed_topic_names:
                 if name in self.sizes:
                     subscribers.setdefault(name, []).append(m)
-        homogeneous = len({tuple(n for n in m.subscribed_topic_names if n in self.sizes)
-                           for m in group.members}) == 1
+        # Kafka's subscription type counts every subscribed name, topics that do not exist too.
+        homogeneous = len({frozenset(m.subscribed_topic_names) for m in group.members}) == 1
         if homogeneous:
             scopes = [(group.members, [n for n in subscribers])]
         else:

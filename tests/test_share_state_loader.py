@@ -421,6 +421,12 @@ def test_initialize_with_state_epoch_minus_one_is_not_fenced():
         assert p.error_code == code, state_epoch
 
 
+def test_initialize_naming_only_topics_without_partitions_answers_nothing():
+    svc = ShareCoordinatorService(num_partitions=4)
+    req = ireq.InitializeShareGroupStateRequest(group_id="g", topics=[ireq.InitializeStateData(topic_id=T1)])
+    assert run(svc.initialize_state(req)).results == []
+
+
 class FailingJournal:
     def __init__(self, append_error=None, sync_error=None):
         self.append_error, self.sync_error = append_error, sync_error

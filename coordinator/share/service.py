@@ -269,6 +269,8 @@ class ShareCoordinatorService:
                     shard.replay(offset, rec.key, rec.value)
                 pending.append((len(responses), sp, sub, offsets))
             responses.append(response)
+        if not responses:  # an initialize whose topics all came without partitions
+            return api.response()
         if pending:
             if len(pending) == 1:  # a leader's write: no task for its one sync
                 outcomes = [await _outcome(self.journal.sync(pending[0][1], pending[0][3]))]

@@ -166,24 +166,17 @@ class Partitions:
         data: memoryview,
         h: BatchHeader,
         *,
-        required_acks: int,
         now_ms: int,
     ) -> ProduceResult:
-        """Validate and append one client batch (header and CRC already checked by the caller)."""
+        """Validate and append one client batch (header and CRC already checked by the caller).
+
+        acks=all needs nothing more: Kafka checks the ISR against min(min.insync.replicas,
+        replication factor) (Partition.effectiveMinIsr), and both are 1 on one broker."""
         if h.is_transactional:
             raise AppendError(
                 ErrorCode.INVALID_TXN_STATE, TRANSACTIONS_UNSUPPORTED, log_start_offset=lg.start_offset
             )
         configs = topic.configs
-        if required_acks == -1:
-            min_isr = _int_setting(configs, "min.insync.replicas", self.config["min.insync.replicas"])
-            if min_isr > 1:
-                raise AppendError(
-                    ErrorCode.NOT_ENOUGH_REPLICAS,
-                    log_message=f"The size of the current ISR (1) is insufficient to satisfy the min.isr "
-                    f"requirement of {min_isr} for partition {lg.topic}-{lg.partition}",
-                    log_start_offset=lg.start_offset,
-                )
         cfg = lg.config
         if h.size > cfg.max_message_bytes:
             raise AppendError(

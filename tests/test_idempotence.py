@@ -136,8 +136,7 @@ async def test_start_up_skips_snapshots_past_the_log_end_or_corrupt(tmp_path):
         lg = b.store.get("t", 0)
         for seq in range(3):
             data = bytearray(batch([b"x"], producer_id=42, epoch=0, seq=seq))
-            b.partitions.append_produce(b.topics.get("t"), lg, data, check_produce_records(data, 9),
-                                        required_acks=-1, now_ms=b.now_ms())
+            b.partitions.append_produce(b.topics.get("t"), lg, data, check_produce_records(data, 9), now_ms=b.now_ms())
         b.partitions.write_snapshots()
         files = SnapshotFiles(lg.directory)
         assert files.offsets() == [3]

@@ -133,7 +133,7 @@ async def handle(ctx, req):
             if type(data) is bytes or (type(data) is memoryview and data.readonly):
                 data = bytearray(data)  # the log patches offsets in place (frames are writable)
             try:
-                res = partitions.append_produce(topic, lg, data, h, required_acks=acks, now_ms=now)
+                res = partitions.append_produce(topic, lg, data, h, now_ms=now)
             except AppendError as e:
                 log.debug("produce to %s-%d refused: %s: %s", topic.name, index, e.code.name, e)
                 out.append(_error(index, e.code, log_start_offset=e.log_start_offset, message=e.message,

@@ -134,6 +134,20 @@ def test_metadata_for_missing_topics_not_created_validates_names_and_knows_inter
             assert all(t.topic_id == ZERO_UUID and t.partitions == [] for t in resp.topics)
 
 
+def test_metadata_authorized_operations_cover_topics_that_do_not_exist(client, topic_name):
+    """KafkaApis.handleTopicMetadataRequest sets TopicAuthorizedOperations on every topic it
+    looked up by name, error entries included (no authorizer: every topic operation); an
+    unknown topic id keeps the default."""
+    create(client, topic(topic_name))
+    resp = client.request(METADATA, 12, MetadataRequest(
+        topics=[MetadataRequestTopic(name=n) for n in (topic_name, "no-such", "bad name!")]
+        + [MetadataRequestTopic(name=None, topic_id=uuid.uuid4())],
+        allow_auto_topic_creation=False, include_topic_authorized_operations=True))
+    ops = [t.topic_authorized_operations for t in resp.topics]
+    assert ops[0] == ops[1] == ops[2] != -2147483648 and ops[3] == -2147483648
+    assert [t.error_code for t in resp.topics] == [0, 3, 17, 100]
+
+
 @pytest.mark.parametrize("name, internal", [("__transaction_state", True), ("__cluster_metadata", False)])
 def test_metadata_does_not_auto_create_the_transaction_state_or_metadata_log(client, name, internal):
     """A one-broker Kafka cannot create __transaction_state (three replicas by default), and

@@ -123,6 +123,10 @@ async def handle(ctx, req) -> MetadataResponse:
                 topics.append(_missing(t.name))
             else:
                 topics.append(topic_metadata(broker, topic, include_ops))
+        if include_ops:  # Kafka sets them on every topic it looked up by name, errors included
+            for t in topics:
+                if t.name is not None:
+                    t.topic_authorized_operations = TOPIC_OPERATIONS
     return MetadataResponse(
         brokers=[MetadataResponseBroker(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)],
         cluster_id=broker.cluster_id,

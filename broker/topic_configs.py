@@ -90,8 +90,13 @@ def one_of(*allowed: str) -> Validator:
 
 
 def each_one_of(*allowed: str) -> Validator:
+    """Kafka 4.2's ConfigDef.ValidList.in (KIP-1161): no repeats, then each item non-empty and allowed."""
     def check(name: str, values: list[str]) -> None:
+        if len(set(values)) != len(values):
+            raise ConfigError(f"Configuration '{name}' values must not be duplicated.")
         for v in values:
+            if not v:
+                raise ConfigError(f"Configuration '{name}' values must not be empty.")
             if v not in allowed:
                 raise invalid(name, v, "String must be one of: " + ", ".join(allowed))
     return check

@@ -110,10 +110,24 @@ def test_incremental_alter_topic_errors(admin, topic, topic_name):
     assert e.str() == "Can't APPEND to key retention.ms because its type is not LIST."
     e = err(("cleanup.policy", "shred", AlterConfigOpType.APPEND))
     assert e.str() == "Invalid value shred for configuration cleanup.policy: String must be one of: compact, delete"
+    # Kafka 4.2's ValidList (KIP-1161): repeats, then empty items, then each value
+    for value, why in (("compact,compact", "duplicated"), ("compact,", "empty")):
+        e = err(("cleanup.policy", value, AlterConfigOpType.SET))
+        assert (e.code(), e.str()) == (KafkaError.INVALID_CONFIG,
+                                       f"Configuration 'cleanup.policy' values must not be {why}.")
     e = err(("retention.ms", "5", AlterConfigOpType.SET), name=topic_name + "-missing")
     assert e.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
     # nothing above changed the topic
     assert describe(admin, ResourceType.TOPIC, topic)["retention.ms"].value == "3600000"
+    assert describe(admin, ResourceType.TOPIC, topic)["cleanup.policy"].value == "delete"
+
+
+def test_incremental_append_splits_its_value_as_java_does(admin, topic):
+    """Kafka splits an APPEND value with String.split(","), which drops trailing empty items."""
+    (future,) = admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("cleanup.policy", "compact,", incremental_operation=AlterConfigOpType.APPEND)])]).values()
+    future.result(timeout=TIMEOUT)
+    assert describe(admin, ResourceType.TOPIC, topic)["cleanup.policy"].value == "delete,compact"
 
 
 @pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")

@@ -7,7 +7,6 @@ from uuid import UUID
 
 from protocol.errors import ErrorCode, KafkaError
 
-from ..partitions import LEADER_EPOCH
 from ..share.ack_batches import validate_ack_batches
 
 MAX_MEMBER_ID_LENGTH = 36
@@ -72,19 +71,6 @@ async def apply_acks(broker, group_id: str, member_id: str, acks, codes: dict) -
         if msg:
             messages[tp] = msg
     return messages
-
-
-def point_at_the_leader(broker, resp, leader_cls, endpoint_cls) -> None:
-    """Kafka's processShareFetchResponse / processShareAcknowledgeResponse: a partition refused
-    for leadership names the current leader (always this broker), whose endpoint is listed."""
-    named = False
-    for tr in resp.responses:
-        for pd in tr.partitions:
-            if pd.error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
-                pd.current_leader = leader_cls(leader_id=broker.node_id, leader_epoch=LEADER_EPOCH)
-                named = True
-    if named:
-        resp.node_endpoints = [endpoint_cls(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)]
 
 
 def tie_session_to_connection(ctx, session) -> None:

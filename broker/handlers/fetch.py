@@ -43,6 +43,7 @@ from protocol.messages.fetch_response import (
 
 from ..log import READ_ERRORS, KafkaStorageError, OffsetOutOfRange
 from ..partitions import LEADER_EPOCH, data_key
+from ._leader import point_at_the_leader
 
 API_KEY = 1
 MIN_VERSION, MAX_VERSION = 4, 18
@@ -244,20 +245,8 @@ async def handle(ctx, req) -> FetchResponse:
         _append_unknown(plan, v)
     resp = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=plan.responses)
     if plan.errors and v >= 12:
-        _point_at_the_leader(broker, resp, v)
+        point_at_the_leader(broker, resp, LeaderIdAndEpoch, NodeEndpoint, endpoints=v >= 16)
     return resp
-
-
-def _point_at_the_leader(broker, resp: FetchResponse, v: int) -> None:
-    """KIP-951: partitions refused for leadership name the current leader (always us)."""
-    named = False
-    for tr in resp.responses:
-        for pd in tr.partitions:
-            if pd.error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH):
-                pd.current_leader = LeaderIdAndEpoch(leader_id=broker.node_id, leader_epoch=LEADER_EPOCH)
-                named = True
-    if named and v >= 16:
-        resp.node_endpoints = [NodeEndpoint(node_id=broker.node_id, host=broker.host, port=broker.port, rack=None)]
 
 
 async def _wait(broker, plan: _Plan, have: int, min_bytes: int, max_wait_s: float) -> bool:

@@ -18,7 +18,8 @@ from protocol.messages.share_acknowledge_response import (
 )
 
 from ..share.sessions import CLOSE
-from ._share import apply_acks, check_identity, close_session, point_at_the_leader, split_acks
+from ._leader import point_at_the_leader
+from ._share import apply_acks, check_identity, close_session, split_acks
 
 API_KEY = 79
 MIN_VERSION, MAX_VERSION = 1, 2
@@ -53,7 +54,7 @@ async def handle(ctx, req) -> ShareAcknowledgeResponse:
         acquisition_lock_timeout_ms=broker.share_manager.lock_duration_ms(group),
         responses=[ShareAcknowledgeTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()],
     )
-    point_at_the_leader(broker, resp, LeaderIdAndEpoch, NodeEndpoint)
+    point_at_the_leader(broker, resp, LeaderIdAndEpoch, NodeEndpoint)  # processShare*Response
     return resp
 
 

@@ -24,12 +24,12 @@ from protocol.messages.share_fetch_response import (
 
 from ..share.manager import FetchParams
 from ..share.sessions import CLOSE, OPEN, rotated
+from ._leader import point_at_the_leader
 from ._share import (
     apply_acks,
     check_identity,
     close_session,
     connection_gone,
-    point_at_the_leader,
     resolve,
     split_acks,
     tie_session_to_connection,
@@ -154,7 +154,7 @@ async def handle(ctx, req) -> ShareFetchResponse:
         acquisition_lock_timeout_ms=manager.lock_duration_ms(group),
         responses=[ShareFetchableTopicResponse(topic_id=t, partitions=ps) for t, ps in by_topic.items()],
     )
-    point_at_the_leader(broker, resp, LeaderIdAndEpoch, NodeEndpoint)
+    point_at_the_leader(broker, resp, LeaderIdAndEpoch, NodeEndpoint)  # processShare*Response
     return resp
 
 

@@ -379,6 +379,19 @@ def creation_topic_configs(overrides: Mapping[str, str], cfg: BrokerConfig) -> l
 
 # --- validation -------------------------------------------------------------------------------
 
+# LogConfig's CONFIG, in the order Kafka defines its keys.
+_KAFKA_ORDER = (
+    "segment.bytes", "segment.ms", "segment.jitter.ms", "segment.index.bytes", "flush.messages", "flush.ms",
+    "retention.bytes", "retention.ms", "max.message.bytes", "index.interval.bytes", "delete.retention.ms",
+    "min.compaction.lag.ms", "max.compaction.lag.ms", "file.delete.delay.ms", "min.cleanable.dirty.ratio",
+    "cleanup.policy", "unclean.leader.election.enable", "min.insync.replicas", "compression.type",
+    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level", "preallocate",
+    "message.timestamp.type", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
+    "leader.replication.throttled.replicas", "follower.replication.throttled.replicas", "remote.storage.enable",
+    "local.retention.ms", "local.retention.bytes", "remote.log.copy.disable", "remote.log.delete.on.disable",
+)
+
+
 def validate_topic_configs(configs: Mapping[str, str | None], cfg: BrokerConfig) -> None:
     """Kafka's ``ControllerConfigurationValidator`` + ``LogConfig.validate`` for a topic's full set of
     overrides; raises KafkaError(INVALID_CONFIG) with Kafka's message."""
@@ -388,8 +401,8 @@ def validate_topic_configs(configs: Mapping[str, str | None], cfg: BrokerConfig)
     for name in configs:
         if name not in TOPIC_CONFIGS:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
-    try:
-        values = {name: TOPIC_CONFIGS[name].parse(raw) for name, raw in configs.items()}
+    try:  # in LogConfig's definition order, as ConfigDef.parse goes: its first bad value is reported
+        values = {name: TOPIC_CONFIGS[name].parse(configs[name]) for name in _KAFKA_ORDER if name in configs}
     except ConfigError as e:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
 

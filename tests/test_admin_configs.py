@@ -111,6 +111,9 @@ def test_incremental_alter_topic_errors(admin, topic, topic_name):
     e = err(("cleanup.policy", "shred", AlterConfigOpType.APPEND))
     assert e.str() == "Invalid value shred for configuration cleanup.policy: String must be one of: compact, delete"
     # Kafka 4.2's ValidList (KIP-1161): repeats, then empty items, then each value
+    # several bad values: the first in LogConfig's definition order is reported
+    e = err(("retention.ms", "abc", AlterConfigOpType.SET), ("segment.bytes", "xyz", AlterConfigOpType.SET))
+    assert e.str() == "Invalid value xyz for configuration segment.bytes: Not a number of type INT"
     for value, why in (("compact,compact", "duplicated"), ("compact,", "empty")):
         e = err(("cleanup.policy", value, AlterConfigOpType.SET))
         assert (e.code(), e.str()) == (KafkaError.INVALID_CONFIG,
@@ -245,3 +248,9 @@ def test_broker_properties_kshare_does_not_define_are_described_as_sensitive(bro
             4, node, ["listener.name.plaintext.max.connections", "sasl.jaas.config"])], include_synonyms=True))
     assert {e.name: e.config_type for e in resp.results[0].configs} == {
         "listener.name.plaintext.max.connections": 3, "sasl.jaas.config": 0}  # INT; UNKNOWN
+
+
+def test_the_validation_order_names_every_topic_config():
+    from broker.topic_configs import _KAFKA_ORDER, TOPIC_CONFIGS
+
+    assert sorted(_KAFKA_ORDER) == sorted(TOPIC_CONFIGS)

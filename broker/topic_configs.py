@@ -149,80 +149,81 @@ def _t(name, type_, default, doc, validator=None, *synonyms) -> TopicConfigDef:
 
 _COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
+# In the order Kafka's LogConfig defines them: ConfigDef.parse validates in that order.
 _TOPIC_DEFS: list[TopicConfigDef] = [
-    _t("cleanup.policy", LIST, ["delete"],
-       "How old segments are cleaned up: 'delete' drops them past retention, 'compact' keeps the last value "
-       "per key; both may be listed.", each_one_of("compact", "delete"), "log.cleanup.policy"),
-    _t("compression.gzip.level", INT, -1, "Compression level used when compression.type is gzip.",
-       _gzip_level, "compression.gzip.level"),
-    _t("compression.lz4.level", INT, 9, "Compression level used when compression.type is lz4.",
-       between(1, 17), "compression.lz4.level"),
-    _t("compression.type", STRING, "producer",
-       "Final compression of the topic's batches; 'producer' keeps what the producer sent, 'uncompressed' "
-       "stores them uncompressed.", one_of(*_COMPRESSION_TYPES), "compression.type"),
-    _t("compression.zstd.level", INT, 3, "Compression level used when compression.type is zstd.",
-       between(-131072, 22), "compression.zstd.level"),
-    _t("delete.retention.ms", LONG, 86_400_000, "How long delete tombstones are kept in compacted topics.",
-       at_least(0), "log.cleaner.delete.retention.ms"),
-    _t("file.delete.delay.ms", LONG, 60_000, "Delay before a deleted segment file is removed from disk.",
-       at_least(0), "log.segment.delete.delay.ms"),
+    _t("segment.bytes", INT, 1_073_741_824, "Size at which a new segment file is rolled.",
+       at_least(1_048_576), "log.segment.bytes"),
+    _t("segment.ms", LONG, 604_800_000, "Time after which a segment is rolled even if not full.",
+       at_least(1), "log.roll.ms", ("log.roll.hours", MS_PER_HOUR)),
+    _t("segment.jitter.ms", LONG, 0, "Largest random jitter subtracted from the segment roll time.",
+       at_least(0), "log.roll.jitter.ms", ("log.roll.jitter.hours", MS_PER_HOUR)),
+    _t("segment.index.bytes", INT, 10_485_760, "Size of the preallocated offset index of a segment.",
+       at_least(4), "log.index.size.max.bytes"),
     _t("flush.messages", LONG, LONG_MAX, "Force an fsync after this many messages have been appended.",
        at_least(1), "log.flush.interval.messages"),
     _t("flush.ms", LONG, LONG_MAX, "Force an fsync once the oldest unflushed message is this old.",
        at_least(0), "log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-    _t("follower.replication.throttled.replicas", LIST, [],
-       "Replicas whose replication is throttled on the follower side ('*' for all).", _throttled_replicas),
-    _t("index.interval.bytes", INT, 4096, "Bytes appended between two offset index entries.",
-       at_least(0), "log.index.interval.bytes"),
-    _t("leader.replication.throttled.replicas", LIST, [],
-       "Replicas whose replication is throttled on the leader side ('*' for all).", _throttled_replicas),
-    _t("local.retention.bytes", LONG, -2,
-       "Local size limit per partition when tiered storage is on; -2 means use retention.bytes.",
-       at_least(-2), "log.local.retention.bytes"),
-    _t("local.retention.ms", LONG, -2,
-       "Local retention time when tiered storage is on; -2 means use retention.ms.",
-       at_least(-2), "log.local.retention.ms"),
-    _t("max.compaction.lag.ms", LONG, LONG_MAX, "Longest time a record may stay uncompacted.",
-       at_least(1), "log.cleaner.max.compaction.lag.ms"),
-    _t("max.message.bytes", INT, 1_048_588, "Largest record batch (after compression) the topic accepts.",
-       at_least(0), "message.max.bytes"),
-    _t("message.timestamp.after.max.ms", LONG, 3_600_000,
-       "How far a CreateTime timestamp may lie ahead of the broker clock.",
-       at_least(0), "log.message.timestamp.after.max.ms"),
-    _t("message.timestamp.before.max.ms", LONG, LONG_MAX,
-       "How far a CreateTime timestamp may lie behind the broker clock.",
-       at_least(0), "log.message.timestamp.before.max.ms"),
-    _t("message.timestamp.type", STRING, "CreateTime",
-       "Whether record timestamps are the producer's CreateTime or the broker's LogAppendTime.",
-       one_of("CreateTime", "LogAppendTime"), "log.message.timestamp.type"),
-    _t("min.cleanable.dirty.ratio", DOUBLE, 0.5, "Share of uncompacted log that makes a partition eligible "
-       "for compaction.", between(0, 1), "log.cleaner.min.cleanable.ratio"),
-    _t("min.compaction.lag.ms", LONG, 0, "Shortest time a record stays uncompacted.",
-       at_least(0), "log.cleaner.min.compaction.lag.ms"),
-    _t("min.insync.replicas", INT, 1, "In-sync replicas needed to acknowledge an acks=all write.",
-       at_least(1), "min.insync.replicas"),
-    _t("preallocate", BOOLEAN, False, "Preallocate segment files on disk when they are created.",
-       None, "log.preallocate"),
-    _t("remote.log.copy.disable", BOOLEAN, False,
-       "Stop copying segments to tiered storage and make the tiered data read-only."),
-    _t("remote.log.delete.on.disable", BOOLEAN, False,
-       "Delete the tiered data when tiered storage is turned off for the topic."),
-    _t("remote.storage.enable", BOOLEAN, False, "Enable tiered storage for the topic."),
     _t("retention.bytes", LONG, -1, "Size limit per partition before old segments are deleted; -1 for none.",
        None, "log.retention.bytes"),
     _t("retention.ms", LONG, 604_800_000, "How long segments are kept before deletion; -1 for ever.",
        at_least(-1), "log.retention.ms", ("log.retention.minutes", MS_PER_MINUTE),
        ("log.retention.hours", MS_PER_HOUR)),
-    _t("segment.bytes", INT, 1_073_741_824, "Size at which a new segment file is rolled.",
-       at_least(1_048_576), "log.segment.bytes"),
-    _t("segment.index.bytes", INT, 10_485_760, "Size of the preallocated offset index of a segment.",
-       at_least(4), "log.index.size.max.bytes"),
-    _t("segment.jitter.ms", LONG, 0, "Largest random jitter subtracted from the segment roll time.",
-       at_least(0), "log.roll.jitter.ms", ("log.roll.jitter.hours", MS_PER_HOUR)),
-    _t("segment.ms", LONG, 604_800_000, "Time after which a segment is rolled even if not full.",
-       at_least(1), "log.roll.ms", ("log.roll.hours", MS_PER_HOUR)),
+    _t("max.message.bytes", INT, 1_048_588, "Largest record batch (after compression) the topic accepts.",
+       at_least(0), "message.max.bytes"),
+    _t("index.interval.bytes", INT, 4096, "Bytes appended between two offset index entries.",
+       at_least(0), "log.index.interval.bytes"),
+    _t("delete.retention.ms", LONG, 86_400_000, "How long delete tombstones are kept in compacted topics.",
+       at_least(0), "log.cleaner.delete.retention.ms"),
+    _t("min.compaction.lag.ms", LONG, 0, "Shortest time a record stays uncompacted.",
+       at_least(0), "log.cleaner.min.compaction.lag.ms"),
+    _t("max.compaction.lag.ms", LONG, LONG_MAX, "Longest time a record may stay uncompacted.",
+       at_least(1), "log.cleaner.max.compaction.lag.ms"),
+    _t("file.delete.delay.ms", LONG, 60_000, "Delay before a deleted segment file is removed from disk.",
+       at_least(0), "log.segment.delete.delay.ms"),
+    _t("min.cleanable.dirty.ratio", DOUBLE, 0.5, "Share of uncompacted log that makes a partition eligible "
+       "for compaction.", between(0, 1), "log.cleaner.min.cleanable.ratio"),
+    _t("cleanup.policy", LIST, ["delete"],
+       "How old segments are cleaned up: 'delete' drops them past retention, 'compact' keeps the last value "
+       "per key; both may be listed.", each_one_of("compact", "delete"), "log.cleanup.policy"),
     _t("unclean.leader.election.enable", BOOLEAN, False,
        "Allow an out-of-sync replica to become leader as a last resort.", None, "unclean.leader.election.enable"),
+    _t("min.insync.replicas", INT, 1, "In-sync replicas needed to acknowledge an acks=all write.",
+       at_least(1), "min.insync.replicas"),
+    _t("compression.type", STRING, "producer",
+       "Final compression of the topic's batches; 'producer' keeps what the producer sent, 'uncompressed' "
+       "stores them uncompressed.", one_of(*_COMPRESSION_TYPES), "compression.type"),
+    _t("compression.gzip.level", INT, -1, "Compression level used when compression.type is gzip.",
+       _gzip_level, "compression.gzip.level"),
+    _t("compression.lz4.level", INT, 9, "Compression level used when compression.type is lz4.",
+       between(1, 17), "compression.lz4.level"),
+    _t("compression.zstd.level", INT, 3, "Compression level used when compression.type is zstd.",
+       between(-131072, 22), "compression.zstd.level"),
+    _t("preallocate", BOOLEAN, False, "Preallocate segment files on disk when they are created.",
+       None, "log.preallocate"),
+    _t("message.timestamp.type", STRING, "CreateTime",
+       "Whether record timestamps are the producer's CreateTime or the broker's LogAppendTime.",
+       one_of("CreateTime", "LogAppendTime"), "log.message.timestamp.type"),
+    _t("message.timestamp.before.max.ms", LONG, LONG_MAX,
+       "How far a CreateTime timestamp may lie behind the broker clock.",
+       at_least(0), "log.message.timestamp.before.max.ms"),
+    _t("message.timestamp.after.max.ms", LONG, 3_600_000,
+       "How far a CreateTime timestamp may lie ahead of the broker clock.",
+       at_least(0), "log.message.timestamp.after.max.ms"),
+    _t("leader.replication.throttled.replicas", LIST, [],
+       "Replicas whose replication is throttled on the leader side ('*' for all).", _throttled_replicas),
+    _t("follower.replication.throttled.replicas", LIST, [],
+       "Replicas whose replication is throttled on the follower side ('*' for all).", _throttled_replicas),
+    _t("remote.storage.enable", BOOLEAN, False, "Enable tiered storage for the topic."),
+    _t("local.retention.ms", LONG, -2,
+       "Local retention time when tiered storage is on; -2 means use retention.ms.",
+       at_least(-2), "log.local.retention.ms"),
+    _t("local.retention.bytes", LONG, -2,
+       "Local size limit per partition when tiered storage is on; -2 means use retention.bytes.",
+       at_least(-2), "log.local.retention.bytes"),
+    _t("remote.log.copy.disable", BOOLEAN, False,
+       "Stop copying segments to tiered storage and make the tiered data read-only."),
+    _t("remote.log.delete.on.disable", BOOLEAN, False,
+       "Delete the tiered data when tiered storage is turned off for the topic."),
 ]
 
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in sorted(_TOPIC_DEFS, key=lambda d: d.name)}
@@ -379,18 +380,6 @@ def creation_topic_configs(overrides: Mapping[str, str], cfg: BrokerConfig) -> l
 
 # --- validation -------------------------------------------------------------------------------
 
-# LogConfig's CONFIG, in the order Kafka defines its keys.
-_KAFKA_ORDER = (
-    "segment.bytes", "segment.ms", "segment.jitter.ms", "segment.index.bytes", "flush.messages", "flush.ms",
-    "retention.bytes", "retention.ms", "max.message.bytes", "index.interval.bytes", "delete.retention.ms",
-    "min.compaction.lag.ms", "max.compaction.lag.ms", "file.delete.delay.ms", "min.cleanable.dirty.ratio",
-    "cleanup.policy", "unclean.leader.election.enable", "min.insync.replicas", "compression.type",
-    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level", "preallocate",
-    "message.timestamp.type", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms",
-    "leader.replication.throttled.replicas", "follower.replication.throttled.replicas", "remote.storage.enable",
-    "local.retention.ms", "local.retention.bytes", "remote.log.copy.disable", "remote.log.delete.on.disable",
-)
-
 
 def validate_topic_configs(configs: Mapping[str, str | None], cfg: BrokerConfig) -> None:
     """Kafka's ``ControllerConfigurationValidator`` + ``LogConfig.validate`` for a topic's full set of
@@ -402,7 +391,7 @@ def validate_topic_configs(configs: Mapping[str, str | None], cfg: BrokerConfig)
         if name not in TOPIC_CONFIGS:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
     try:  # in LogConfig's definition order, as ConfigDef.parse goes: its first bad value is reported
-        values = {name: TOPIC_CONFIGS[name].parse(configs[name]) for name in _KAFKA_ORDER if name in configs}
+        values = {d.name: d.parse(configs[d.name]) for d in _TOPIC_DEFS if d.name in configs}
     except ConfigError as e:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(e)) from None
 

@@ -248,9 +248,3 @@ def test_broker_properties_kshare_does_not_define_are_described_as_sensitive(bro
             4, node, ["listener.name.plaintext.max.connections", "sasl.jaas.config"])], include_synonyms=True))
     assert {e.name: e.config_type for e in resp.results[0].configs} == {
         "listener.name.plaintext.max.connections": 3, "sasl.jaas.config": 0}  # INT; UNKNOWN
-
-
-def test_the_validation_order_names_every_topic_config():
-    from broker.topic_configs import _KAFKA_ORDER, TOPIC_CONFIGS
-
-    assert sorted(_KAFKA_ORDER) == sorted(TOPIC_CONFIGS)

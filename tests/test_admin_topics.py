@@ -4,7 +4,7 @@ create / list / describe / delete topics and add partitions, with Kafka's errors
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import KafkaError, TopicCollection
+from confluent_kafka import KafkaError, Producer, TopicCollection
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from protocol.messages.metadata_request import MetadataRequest, MetadataRequestTopic
@@ -49,6 +49,20 @@ def test_create_list_describe_delete(admin, broker, topic_name):
     _result(admin.delete_topics([topic_name], operation_timeout=10), topic_name)
     assert topic_name not in admin.list_topics(timeout=TIMEOUT).topics
     assert _metadata_topic(broker.bootstrap, topic_name).error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_an_idempotent_producer_writes_to_a_topic_with_min_insync_replicas_two(admin, broker, topic_name):
+    """A min.insync.replicas copied from a three-broker cluster: Kafka checks acks=all against
+    min(min.insync.replicas, replication factor), so confluent-kafka's defaults (acks=all,
+    idempotence) deliver on one broker instead of timing out on NOT_ENOUGH_REPLICAS."""
+    _result(admin.create_topics([NewTopic(topic_name, num_partitions=1, replication_factor=1,
+                                          config={"min.insync.replicas": "2"})]), topic_name)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "message.timeout.ms": 10000})
+    results = []
+    for i in range(3):
+        p.produce(topic_name, value=b"v%d" % i, on_delivery=lambda err, msg: results.append((err, msg.offset())))
+    assert p.flush(20) == 0
+    assert results == [(None, 0), (None, 1), (None, 2)]
 
 
 def test_create_with_defaults_uses_broker_num_partitions(admin, broker, topic_name):

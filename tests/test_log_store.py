@@ -194,11 +194,17 @@ def test_offset_for_timestamp_and_max_timestamp_match_brute_force(
             assert log.offset_for_timestamp(q) == expected
         top = max(ts for _, ts in records)
         assert log.max_timestamp() == (top, next(off for off, ts in records if ts == top))
-        # the log start offset hides earlier records
+        # the log start offset hides earlier records; as in Kafka, only the first segment whose
+        # largest timestamp reaches the target is searched
         cut = records[len(records) // 2][0]
         log.delete_records_before(cut)
         for q in queries:
-            expected = next(((ts, off) for off, ts in records if ts >= q and off >= cut), None)
+            seg = next((s for s in log.segments if s.largest_timestamp >= q), None)
+            expected = seg and next(
+                ((ts, off) for off, ts in records
+                 if seg.base_offset <= off < seg.next_offset and ts >= q and off >= cut),
+                None,
+            )
             assert log.offset_for_timestamp(q) == expected
         if kind == "file":
             close_store(store)
@@ -354,6 +360,22 @@ def test_start_offset_inside_a_batch(make_store):
     res = log.read(3, 1000)  # the whole batch comes back; clients skip offsets below start
     assert [b.base_offset for b in res.batches] == [0]
     assert log.offset_for_timestamp(0) == (1000, 3)
+
+
+def test_offset_for_timestamp_searches_only_the_first_segment_reaching_it(make_store):
+    """Kafka's UnifiedLog.searchOffsetInLocalLog returns what LogSegment.findOffsetByTimestamp
+    finds in the first segment whose largest timestamp is at or after the target, nothing if
+    that segment has no such record at or after the log start offset (later segments are not
+    searched)."""
+    log = make_store(segment_bytes=1).create("t", 0, TOPIC_ID, None)
+    append(log, make_batch(2, timestamps=[5000, 1000], ts=5000))  # offsets 0-1, segment 0
+    append(log, make_batch(1, ts=6000))  # offset 2, segment 2
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    assert log.offset_for_timestamp(4000) == (5000, 0)
+    log.delete_records_before(1)  # segment 0 stays: offset 1 is in it
+    assert log.offset_for_timestamp(4000) is None  # offset 0 (5000) is below the start
+    assert log.offset_for_timestamp(5500) == (6000, 2)  # segment 0's largest is below 5500
+    assert log.offset_for_timestamp(1000) == (1000, 1)
 
 
 def test_time_based_roll(make_store):

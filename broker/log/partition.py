@@ -381,10 +381,14 @@ class Log:
             raise
 
     def _offset_for_timestamp(self, ts_ms: int) -> tuple[int, int] | None:
+        """Kafka's UnifiedLog.searchOffsetInLocalLog: only the first segment whose largest
+        timestamp (its last write time if its records have none) reaches ``ts_ms`` is searched,
+        from the log start offset on; if none of its records at or after the start does, there
+        is no answer, even when a later segment has one (out-of-order timestamps)."""
         start = self.start_offset
         interval = self.config.index_interval_bytes
         for seg in self._segments:
-            if seg.max_timestamp < ts_ms or seg.next_offset <= start:
+            if seg.largest_timestamp < ts_ms:
                 continue
             rel = seg.time_index.lookup(ts_ms)
             cursor = max(start, seg.base_offset + rel + 1 if rel >= 0 else seg.base_offset)
@@ -401,6 +405,7 @@ class Log:
                             return found
                 cursor = batches[-1].last_offset + 1
                 window = min(2 * window, TIMESTAMP_SCAN_BYTES)
+            return None
         return None
 
     def max_timestamp(self) -> tuple[int, int]:

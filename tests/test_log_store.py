@@ -388,6 +388,21 @@ def test_time_based_roll(make_store):
     assert [s.base_offset for s in log.segments] == [0, 2]
 
 
+def test_compacted_topic_rolls_by_max_compaction_lag(make_store):
+    """Kafka's LogConfig.maxSegmentMs: a compacted topic's segments roll after
+    min(max.compaction.lag.ms, segment.ms); a delete-only topic ignores the lag."""
+    for policy, rolled in (("compact", True), ("delete,compact", True), ("delete", False)):
+        store = make_store(segment_ms=1000, cleanup_policy=policy, max_compaction_lag_ms=500)
+        log = store.create(f"t{len(policy)}", 0, TOPIC_ID, None)
+        append(log, make_batch(1, ts=10_000))
+        append(log, make_batch(1, ts=10_501))  # more than max.compaction.lag.ms after the first
+        assert len(log.segments) == (2 if rolled else 1), policy
+    cfg = LogConfig.from_properties({"log.cleaner.max.compaction.lag.ms": "700"}, {"cleanup.policy": "compact"})
+    assert cfg.max_segment_ms == 700
+    assert LogConfig.from_properties({}, {"cleanup.policy": "compact", "segment.ms": "600",
+                                          "max.compaction.lag.ms": "700"}).max_segment_ms == 600
+
+
 def test_time_based_roll_with_jitter(make_store, monkeypatch):
     """segment.jitter.ms: each segment rolls up to min(jitter, segment.ms) early, drawn per segment."""
     bounds = []

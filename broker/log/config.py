@@ -38,6 +38,7 @@ class LogConfig:
     flush_ms: int | None = None  # flush.ms; None = never flush on a timer
     message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
     cleanup_policy: str = "delete"  # cleanup.policy (comma separated)
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms (rolls compacted topics' segments)
     max_message_bytes: int = 1048588  # max.message.bytes (largest batch accepted)
     compression_type: str = PRODUCER  # compression.type
     compression_gzip_level: int = -1  # compression.gzip.level (-1: zlib's default)
@@ -65,6 +66,19 @@ class LogConfig:
     def deletes(self) -> bool:
         """Whether time/size retention applies (``delete`` is in cleanup.policy)."""
         return "delete" in {p.strip() for p in self.cleanup_policy.split(",")}
+
+    @property
+    def compacts(self) -> bool:
+        """Whether ``compact`` is in cleanup.policy."""
+        return "compact" in {p.strip().lower() for p in self.cleanup_policy.split(",")}
+
+    @property
+    def max_segment_ms(self) -> int:
+        """How long a segment may stay active: segment.ms, or max.compaction.lag.ms if shorter
+        on a compacted topic (Kafka's LogConfig.maxSegmentMs)."""
+        if self.compacts and self.max_compaction_lag_ms > 0:
+            return min(self.max_compaction_lag_ms, self.segment_ms)
+        return self.segment_ms
 
     @property
     def compression_level(self) -> int | None:
@@ -127,6 +141,7 @@ TOPIC_PROPERTY_TO_FIELD: dict[str, str] = {
     "flush.ms": "flush_ms",
     "message.timestamp.type": "message_timestamp_type",
     "cleanup.policy": "cleanup_policy",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
     "max.message.bytes": "max_message_bytes",
     "compression.type": "compression_type",
     "compression.gzip.level": "compression_gzip_level",
@@ -152,6 +167,7 @@ TOPIC_TO_BROKER_PROPERTIES: dict[str, tuple[tuple[str, int], ...]] = {
     "flush.ms": (("log.flush.interval.ms", 1), ("log.flush.scheduler.interval.ms", 1)),
     "message.timestamp.type": (("log.message.timestamp.type", 1),),
     "cleanup.policy": (("log.cleanup.policy", 1),),
+    "max.compaction.lag.ms": (("log.cleaner.max.compaction.lag.ms", 1),),
     "max.message.bytes": (("message.max.bytes", 1),),
     "compression.type": (("compression.type", 1),),
     "compression.gzip.level": (("compression.gzip.level", 1),),

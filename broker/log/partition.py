@@ -285,7 +285,7 @@ class Log:
             waited = self._clock_ms() - seg.created_ms
         if (
             seg.size > cfg.segment_bytes - size
-            or waited > cfg.segment_ms - seg.roll_jitter_ms
+            or waited > cfg.max_segment_ms - seg.roll_jitter_ms
             or len(seg.index) >= cfg.segment_index_bytes // OFFSET_ENTRY_SIZE
             or len(seg.time_index) >= cfg.segment_index_bytes // TIME_ENTRY_SIZE
             or last_offset - seg.base_offset > INT_MAX

@@ -57,6 +57,8 @@ class Broker:
             retention_check_interval_ms=config["log.retention.check.interval.ms"],
             checkpoint_interval_ms=config["log.flush.offset.checkpoint.interval.ms"] or 60_000,
             initial_task_delay_ms=config["log.initial.task.delay.ms"],
+            # compacted topics' retention runs on Kafka's log cleaner thread
+            cleaner_backoff_ms=lambda: config["log.cleaner.backoff.ms"] if config["log.cleaner.enable"] else None,
         )
         self.topics = TopicRegistry(self.data_dir, self.store, self.log_config)
         self.group_coordinator = group_runtime.install(self)  # share-group membership and GROUP configs

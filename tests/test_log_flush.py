@@ -197,6 +197,36 @@ async def test_first_retention_check_and_checkpoint_come_after_the_initial_delay
     await store.close()
 
 
+async def test_compacted_topics_retention_runs_at_the_log_cleaner_backoff(tmp_path):
+    """Kafka's LogManager.cleanupLogs leaves compacted topics to the log cleaner thread
+    (LogCleaner.cleanFilthiestLog: deleteOldSegments on them at its start, then every
+    log.cleaner.backoff.ms); with log.cleaner.enable=false they get no retention at all."""
+    for enabled in (True, False):
+        clock = FakeClock(1_000_000)
+        backoff = (lambda: 15_000) if enabled else (lambda: None)
+        store = FileLogStore(str(tmp_path / str(enabled)), default_config=LogConfig(segment_bytes=1, retention_ms=1000),
+                             clock_ms=clock, fsync=CountingFsync(), cleaner_backoff_ms=backoff)
+        both = store.create("both", 0, TOPIC_ID, LogConfig(segment_bytes=1, retention_ms=1000,
+                                                           cleanup_policy="compact,delete"))
+        plain = store.create("plain", 0, TOPIC_ID, None)
+        for lg in (both, plain):
+            append(lg, make_batch(1, ts=1000))
+        await store.maintenance.run_once(clock.now)  # the start
+        assert (both.start_offset, plain.start_offset) == ((1, 0) if enabled else (0, 0))
+        for lg in (both, plain):
+            append(lg, make_batch(1, ts=1000))
+        clock.now += 14_999
+        await store.maintenance.run_once(clock.now)
+        assert (both.start_offset, plain.start_offset) == ((1, 0) if enabled else (0, 0))
+        clock.now += 1
+        await store.maintenance.run_once(clock.now)
+        assert (both.start_offset, plain.start_offset) == ((2, 0) if enabled else (0, 0))
+        clock.now += 15_000  # 30 s: the first retention check, for the delete-only topic
+        await store.maintenance.run_once(clock.now)
+        assert (both.start_offset, plain.start_offset) == ((2, 2) if enabled else (0, 2))
+        await store.close()
+
+
 async def test_background_task_starts_and_stops(tmp_path):
     store = make(tmp_path, CountingFsync())
     store.start()

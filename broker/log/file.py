@@ -95,6 +95,7 @@ class FileLogStore:
         retention_check_interval_ms: int = 300_000,
         checkpoint_interval_ms: int = 60_000,
         initial_task_delay_ms: int = 30_000,
+        cleaner_backoff_ms: Callable[[], int | None] = lambda: 15_000,
     ) -> None:
         self.data_dir = os.path.abspath(data_dir)
         self.default_config = default_config
@@ -114,6 +115,7 @@ class FileLogStore:
             retention_check_interval_ms=retention_check_interval_ms,
             checkpoint_interval_ms=checkpoint_interval_ms,
             initial_delay_ms=initial_task_delay_ms,
+            cleaner_backoff_ms=cleaner_backoff_ms,
         )
         self._load()
 

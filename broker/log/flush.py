@@ -10,7 +10,10 @@ that were rolled (Kafka flushes a segment when it becomes inactive), retention c
 checkpoint writes. ``run_once(now_ms)`` is the whole step, so tests drive it without sleeping.
 As Kafka's LogManager schedules them, the first retention check and checkpoint come
 ``log.initial.task.delay.ms`` after the start, then one every interval: a restart does not
-hold expired data for a whole ``log.retention.check.interval.ms``.
+hold expired data for a whole ``log.retention.check.interval.ms``. Compacted topics (``compact``
+in cleanup.policy) are left to Kafka's log cleaner thread instead, which applies their retention
+at its start and then every ``log.cleaner.backoff.ms`` it finds nothing to clean (and never when
+``log.cleaner.enable`` is false): LogManager.cleanupLogs and LogCleaner.cleanFilthiestLog.
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ class Maintenance:
         checkpoint_interval_ms: int = 60_000,
         initial_delay_ms: int = 30_000,
         tick_ms: int = 1_000,
+        cleaner_backoff_ms: Callable[[], int | None] = lambda: 15_000,
     ) -> None:
         self._logs = logs
         self._clock_ms = clock_ms
@@ -113,6 +117,8 @@ class Maintenance:
         self.tick_ms = tick_ms
         self._next_retention: int | None = None
         self._next_checkpoint: int | None = None
+        self._cleaner_backoff_ms = cleaner_backoff_ms  # None: log.cleaner.enable=false
+        self._next_cleaner_pass: int | None = None
         self._task: asyncio.Task | None = None
         self._stopping: asyncio.Event | None = None
 
@@ -127,18 +133,27 @@ class Maintenance:
             self._next_retention = now_ms + self.initial_delay_ms
         elif now_ms >= self._next_retention:
             self._next_retention = now_ms + self.retention_check_interval_ms
-            with self._retention_pass():
-                for lg in list(self._logs()):
-                    try:
-                        lg.apply_retention(now_ms)
-                    except Exception:  # one bad log must not stop retention for the others
-                        log.exception("retention of %s-%d failed", lg.topic, lg.partition)
+            self._apply_retention([lg for lg in self._logs() if not lg.config.compacts], now_ms)
+        backoff = self._cleaner_backoff_ms()
+        if backoff is not None and (self._next_cleaner_pass is None or now_ms >= self._next_cleaner_pass):
+            self._next_cleaner_pass = now_ms + backoff
+            self._apply_retention([lg for lg in self._logs() if lg.config.compacts], now_ms)
         if self._checkpoint is not None:
             if self._next_checkpoint is None:
                 self._next_checkpoint = now_ms + self.initial_delay_ms
             elif now_ms >= self._next_checkpoint:
                 self._next_checkpoint = now_ms + self.checkpoint_interval_ms
                 await self._checkpoint()
+
+    def _apply_retention(self, logs: list, now_ms: int) -> None:
+        if not logs:
+            return
+        with self._retention_pass():
+            for lg in logs:
+                try:
+                    lg.apply_retention(now_ms)
+                except Exception:  # one bad log must not stop retention for the others
+                    log.exception("retention of %s-%d failed", lg.topic, lg.partition)
 
     def _interval_s(self) -> float:
         tick = self.tick_ms

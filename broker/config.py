@@ -230,9 +230,10 @@ _DEFS: list[ConfigDef] = [
               dynamic=True),
     ConfigDef("log.cleaner.min.cleanable.ratio", DOUBLE, 0.5, "Default min.cleanable.dirty.ratio; also when "
               "__consumer_offsets is compacted.", at_least=0, at_most=1, dynamic=True),
-    _d("log.cleaner.enable", BOOLEAN, True, "Compact __consumer_offsets (kshare has no cleaner for other topics)."),
+    _d("log.cleaner.enable", BOOLEAN, True, "Compact __consumer_offsets and run compacted topics' retention "
+       "(kshare compacts no other topic)."),
     _d("log.cleaner.backoff.ms", LONG, 15_000, "How often __consumer_offsets partitions are checked for "
-       "compaction.", at_least=0, dynamic=True),
+       "compaction, and compacted topics for retention.", at_least=0, dynamic=True),
     ConfigDef("log.segment.delete.delay.ms", LONG, 60_000, "Default file.delete.delay.ms.", at_least=0,
               dynamic=True),
     ConfigDef("log.preallocate", BOOLEAN, False, "Default preallocate.", dynamic=True),

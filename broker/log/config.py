@@ -70,7 +70,7 @@ class LogConfig:
     @property
     def compacts(self) -> bool:
         """Whether ``compact`` is in cleanup.policy."""
-        return "compact" in {p.strip().lower() for p in self.cleanup_policy.split(",")}
+        return "compact" in {p.strip() for p in self.cleanup_policy.split(",")}
 
     @property
     def max_segment_ms(self) -> int:

@@ -629,6 +629,13 @@ def test_describe_topic_partitions_paging(client, topic_name, node_id):
     assert page([b, a], 3, Cursor(topic_name=a, partition_index=0)) == ([(a, 0, [0, 1, 2])], (b, 0))
     assert page([b, a, topic_name + "-c"], 100) == (
         [(a, 0, [0, 1, 2]), (b, 0, [0, 1]), (topic_name + "-c", 3, [])], None)
+    # Kafka's handler sets TopicAuthorizedOperations on every topic the metadata cache answers,
+    # unknown ones too (the topic operations: READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE,
+    # DESCRIBE_CONFIGS, ALTER_CONFIGS)
+    resp = client.request(DESCRIBE_TOPIC_PARTITIONS, 0, DescribeTopicPartitionsRequest(
+        topics=[TopicRequest(name=a), TopicRequest(name=topic_name + "-c"), TopicRequest(name="bad name")]))
+    assert [(t.name, t.error_code, t.topic_authorized_operations) for t in resp.topics] == [
+        ("bad name", 17, 3576), (a, 0, 3576), (topic_name + "-c", 3, 3576)]
     assert page([a], 2, Cursor(topic_name=b, partition_index=0)) == ([(a, 42, [])], None)
     assert page([a], 2, Cursor(topic_name=a, partition_index=-1)) == ([(a, 42, [])], None)
 

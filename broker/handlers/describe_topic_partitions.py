@@ -6,6 +6,9 @@ min(response_partition_limit, max.request.partition.size.limit) partitions (at l
 topic does not fit, the next cursor points at its first missing partition, and when the page
 is exactly full the cursor points at the next topic's partition 0. A cursor topic missing from
 an explicit list, or a negative cursor partition, makes the whole request INVALID_REQUEST.
+Unlike Metadata, a partition never carries an error (a leaderless one shows leader -1 and error
+0), and every topic listed, unknown ones too, gets TopicAuthorizedOperations (Kafka's handler
+sets it on all of the metadata cache's answer).
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ def _invalid_request(req) -> DescribeTopicPartitionsResponse:
 
 def _missing(name: str) -> DescribeTopicPartitionsResponseTopic:
     return DescribeTopicPartitionsResponseTopic(error_code=unknown_topic_error(name), name=name, topic_id=ZERO_UUID,
-                                                is_internal=name in INTERNAL_TOPICS, partitions=[])
+                                                is_internal=name in INTERNAL_TOPICS, partitions=[],
+                                                topic_authorized_operations=TOPIC_OPERATIONS)
 
 
 def error_response(req, version: int, code: int) -> DescribeTopicPartitionsResponse:
@@ -82,9 +86,9 @@ async def handle(ctx, req) -> DescribeTopicPartitionsResponse:
         end = min(topic.partitions, start + remaining)
         partitions = []
         for p in range(start, end):
-            error, leader, offline = leader_of(broker.store, node, name, p)
+            _, leader, offline = leader_of(broker.store, node, name, p)
             partitions.append(DescribeTopicPartitionsResponsePartition(
-                error_code=error, partition_index=p, leader_id=leader, leader_epoch=0,
+                error_code=ErrorCode.NONE, partition_index=p, leader_id=leader, leader_epoch=0,
                 replica_nodes=[node], isr_nodes=[node], eligible_leader_replicas=[], last_known_elr=[],
                 offline_replicas=offline,
             ))

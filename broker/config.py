@@ -378,6 +378,7 @@ class BrokerConfig:
         self._raw = None
         self.listener_max_connections()  # validated at start, as Kafka's listener config
         self.advertised_address()
+        self.listener_security_protocol()
 
     def _resolved(self, dynamic: Mapping[str, str], dynamic_default: Mapping[str, str]) -> dict[str, Any]:
         """Every property's value with these dynamic layers, or ConfigError as Kafka's KafkaConfig."""
@@ -520,6 +521,26 @@ class BrokerConfig:
         """(host, port) of the first listener."""
         return parse_listener(self["listeners"][0])
 
+    def listener_security_protocol(self) -> str:
+        """The first listener's security protocol, from ``listener.security.protocol.map`` (or
+        Kafka's default map, where each protocol name maps to itself), or ConfigError. kshare has
+        no TLS or SASL, so a listener Kafka would secure is refused rather than served in plain
+        text without authentication."""
+        name = self["listeners"][0].partition("://")[0].strip().upper()
+        raw = self.static.get("listener.security.protocol.map") or DEFAULT_SECURITY_PROTOCOL_MAP
+        protocols = {}
+        for item in raw.split(","):
+            listener, _, protocol = item.strip().partition(":")
+            protocols[listener.strip().upper()] = protocol.strip().upper()
+        protocol = protocols.get(name)
+        if protocol is None:
+            raise ConfigError(f"No security protocol defined for listener {name} "
+                              f"(listener.security.protocol.map={raw})")
+        if protocol != "PLAINTEXT":
+            raise ConfigError(f"Listener {name} uses security protocol {protocol}: kshare serves PLAINTEXT only "
+                              "(no TLS or SASL)")
+        return protocol
+
     def listener_config_name(self, name: str) -> str:
         """``listener.name.<listener>.<name>`` for the one listener (Kafka's configPrefix)."""
         return f"listener.name.{self['listeners'][0].partition('://')[0].lower()}.{name}"
@@ -539,6 +560,10 @@ class BrokerConfig:
             raise ConfigError("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. "
                               "Use a routable IP address.")
         return host, port
+
+
+# Kafka's listener.security.protocol.map default (SocketServerConfigs).
+DEFAULT_SECURITY_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
 
 
 def parse_listener(uri: str) -> tuple[str, int]:

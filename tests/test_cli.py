@@ -201,6 +201,28 @@ def test_bad_listener_exits_2(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("listeners,extra,message", [
+    # Kafka would require SASL (or TLS) there, or not start without a JAAS/keystore config:
+    # serving it in plain text without authentication is never what was asked for
+    ("SASL_PLAINTEXT://127.0.0.1:0", [], "Listener SASL_PLAINTEXT uses security protocol SASL_PLAINTEXT"),
+    ("ssl://127.0.0.1:0", [], "Listener SSL uses security protocol SSL"),
+    ("CLIENT://127.0.0.1:0", ["--override", "listener.security.protocol.map=CLIENT:SASL_SSL"],
+     "Listener CLIENT uses security protocol SASL_SSL"),
+    ("CLIENT://127.0.0.1:0", [], "No security protocol defined for listener CLIENT"),
+])
+def test_a_listener_kafka_would_secure_or_not_know_exits_2(tmp_path, listeners, extra, message):
+    r = cli("--data-dir", str(tmp_path / "data"), "--override", f"listeners={listeners}", *extra)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert message in r.stderr
+    assert "kshare listening" not in r.stdout
+
+
+def test_a_named_plaintext_listener_is_served(tmp_path):
+    with Running("--override", "listeners=CLIENT://127.0.0.1:0", "--override",
+                 "listener.security.protocol.map=CLIENT:PLAINTEXT", cwd=tmp_path, log_path=tmp_path / "b.log") as b:
+        cluster_identity(b.bootstrap)
+
+
 def test_port_in_use_fails_with_a_clear_message(tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

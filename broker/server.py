@@ -345,6 +345,14 @@ class Connection(asyncio.Protocol):
             if api_key == API_VERSIONS:
                 # Kafka answers an ApiVersions it cannot parse in v0 (header and body), naming only
                 # its own ApiVersions range (KIP-511) so the client retries with a version it has.
+                # The header is still parsed first (RequestHeader.parse, in the version's header
+                # version), and one that does not parse closes the connection as for any request.
+                try:
+                    RequestHeader.decode(memoryview(frame), request_header_version(api_key, api_version))
+                except DecodeError as e:
+                    log.warning("closing connection from %s:%d: malformed ApiVersions v%d request header: %s",
+                                *self.peer, api_version, e)
+                    raise CloseConnection from None
                 return self._encode_response(
                     correlation_id, api_key, 0,
                     ApiVersionsResponse(

@@ -144,6 +144,21 @@ def test_unsupported_api_versions_version_gets_v0_error_with_api_versions_range(
         assert resp.error_code == ErrorCode.NONE
 
 
+@pytest.mark.parametrize("version", [AV.max_version + 1, 99])
+@pytest.mark.parametrize("header", [
+    b"",  # no client id at all
+    struct.pack(">h", 5) + b"ab",  # a client id longer than the frame
+    struct.pack(">h", -1),  # header v2 (ApiVersions v3+): the tagged fields are missing
+])
+def test_unsupported_api_versions_version_with_a_header_that_does_not_parse_closes(broker, version, header):
+    # RequestHeader.parse reads the header in the version's header version (2 from v3 on) before
+    # anything looks at the version; what does not parse closes the connection, unanswered.
+    with RawClient(broker.bootstrap) as c:
+        c.send_raw(framed(struct.pack(">hhi", API_VERSIONS, version, 4242) + header))
+        assert c.is_closed_by_broker()
+    assert_serves(broker.bootstrap)
+
+
 def unregistered_keys() -> list[int]:
     keys = [1000, 32767, -1]
     kafka_but_not_ours = sorted(k for k in messages.APIS if k not in REGISTRY)

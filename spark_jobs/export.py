@@ -25,7 +25,8 @@ the export (readers filter them out; the run that moves a floor deletes the file
 it).
 Other state partitions keep their rows. The same happens when the log start moves while a run
 reads (a fetch answers OFFSET_OUT_OF_RANGE below the new log start): the partition's files of
-this run are dropped and it is planned again from the new log start, a bounded number of times.
+this run are dropped and it is planned again from the new log start to its log end now (the
+snapshots that let the coordinator prune may lie past the planned end), a bounded number of times.
 A fetch out of range for any other reason still fails the run (``DataLossError``).
 
 The commit records the cluster id (Metadata's ClusterId) and the state topic's id. A run
@@ -241,12 +242,14 @@ def export_share_state(spark, bootstrap: str, out_dir: str | os.PathLike, *,
                     if p in moved:
                         (tmp / f).unlink(missing_ok=True)
                         del written[f]
-                now, _ = cluster.offset_bounds(topic)
+                now, now_end = cluster.offset_bounds(topic)
                 log.info("%s: the log start of partition(s) %s moved during the read; reading them again",
                          topic, sorted(moved))
                 for p in moved:
                     start[p] = rebuilt[p] = floors[p] = max(now[p], moved[p])
-                    end[p] = max(end[p], start[p])
+                    # To the log end now: the prune followed snapshots written after the
+                    # planned end, and the keys' state is in them.
+                    end[p] = max(end[p], now_end[p], start[p])
                 todo = plan_state_ranges(opts, {p: start[p] for p in moved}, {p: end[p] for p in moved})
             records = sum(rows for _p, rows in written.values())
             if written:

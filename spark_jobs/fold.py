@@ -90,8 +90,9 @@ def replay_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
     """``mapInArrow`` body: the state every key of the partition's rows ends in, replayed as
     one ``ShareCoordinatorShard`` replays them in order of state partition, key and offset
     (``replay_table``)."""
-    table = pa.Table.from_batches(list(batches))
-    if table.num_rows:
+    batches = list(batches)  # none for a Spark partition without rows
+    table = pa.Table.from_batches(batches) if batches else None
+    if table is not None and table.num_rows:
         out = replay_table(table)
         if out is not None:
             yield out

@@ -237,3 +237,36 @@ def test_another_cluster_starts_a_fresh_export(spark, broker, broker_factory, tm
     assert moved.runs == [moved.run] == ["run-00002"] and moved.next_offsets == {0: 1}
     assert not (export_dir / "run-00001").exists()
     assert json.loads((export_dir / COMMIT_FILE).read_text())["cluster_id"] == ids[1]
+
+
+@pytest.mark.parametrize("prune_to", [1, 2])
+def test_a_prune_after_newer_snapshots_reads_the_partition_up_to_its_new_end(
+        spark, broker, tmp_path, monkeypatch, prune_to):  # noqa: F811
+    """Once the run planned its ranges, the coordinator snapshots both keys again (a cold
+    snapshot, or the update count) and prunes: to gb's old snapshot (1), or past both old ones
+    (2, the planned end). The state is in the records after the planned end: reading the
+    partition again only up to that end would lose ga (and gb)."""
+    data, copy = unique("data"), unique("state-copy")
+    ga, gb = unique("ga"), unique("gb")
+    with RawClient(broker.bootstrap) as c:
+        tid = create_topic(c, data, 1)
+        create_topic(c, copy, 1)
+        produce_state_records(c, copy, 0, [snapshot(ga, tid, 0, start=0)])          # 0
+        produce_state_records(c, copy, 0, [snapshot(gb, tid, 0, start=0)])          # 1
+    real = export_mod._pack
+    pruned = []
+
+    def plan_then_snapshot_and_prune(*args):
+        if not pruned:
+            with RawClient(broker.bootstrap) as c:
+                produce_state_records(c, copy, 0, [snapshot(ga, tid, 0, start=2, dcc=1, epoch=1)])  # 2
+                produce_state_records(c, copy, 0, [snapshot(gb, tid, 0, start=3, dcc=0, epoch=1)])  # 3
+                pruned.append(delete_records(c, (copy, 0, prune_to)))
+        return real(*args)
+
+    monkeypatch.setattr(export_mod, "_pack", plan_then_snapshot_and_prune)
+    export_dir = tmp_path / "export"
+    result = export_share_state(spark, broker.bootstrap, export_dir, topic=copy)
+    assert pruned == [[(copy, 0, 0, prune_to)]]
+    assert keys(spark, export_dir) == sorted([(ga, 0), (gb, 0)])
+    assert result.rebuilt == {0: prune_to} and result.next_offsets == {0: 4}

@@ -78,9 +78,11 @@ def test_report_follows_alter_consume_delete_and_pruning(spark, broker_factory, 
         resp = raw.request(DELETE_TOPICS, 6, DeleteTopicsRequest(
             topics=[DeleteTopicState(name=c, topic_id=ZERO_UUID)], timeout_ms=5000))
         assert resp.responses[0].error_code == 0
-        time.sleep(3)  # cold snapshots and prunes
-        with Cluster(b.bootstrap) as cluster:
-            assert cluster.offset_bounds("__share_group_state")[0][0] > 0
+        with Cluster(b.bootstrap) as cluster:  # cold snapshots and prunes: wait for the first prune
+            deadline = time.monotonic() + 30
+            while cluster.offset_bounds("__share_group_state")[0][0] == 0:
+                assert time.monotonic() < deadline, "the state topic was never pruned"
+                time.sleep(0.1)
         second = build_report(spark, b.bootstrap, out, groups=[g])
         want = described(raw, g)
         assert reported(second, g) == want, (reported(second, g), want)

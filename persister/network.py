@@ -9,8 +9,9 @@ with a remote coordinator behind it) and, like Kafka's ``PersisterStateManager``
 - sends the key's state RPC to that node (keys of one request that share a node share one
   request);
 - on COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR (from
-  FindCoordinator or the RPC) forgets the coordinator, backs off exponentially (1 s doubling
-  to 30 s, with jitter) and tries again, at most 5 attempts, then reports that error;
+  FindCoordinator or the RPC) forgets the coordinator, backs off exponentially (2 s after the
+  first attempt, doubling to 30 s, with 20% jitter: Kafka's ExponentialBackoff) and tries
+  again, at most 5 attempts, then reports that error;
 - any other error is the key's answer at once. A connection that fails counts as
   COORDINATOR_NOT_AVAILABLE, and so does a retriable error once ``should_retry()`` says
   no more (the broker is stopping).
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import struct
 import sys
@@ -62,6 +64,11 @@ RETRIABLE = frozenset({
 })
 
 _SIZE = struct.Struct(">i")
+
+
+def _exp_max(initial_ms: int, max_ms: int) -> float:
+    """ExponentialBackoff's expMax: the exponent that reaches the maximum."""
+    return math.log2(max_ms / max(initial_ms, 1)) if max_ms > initial_ms else 0
 Node = tuple[str, int]
 
 
@@ -264,8 +271,10 @@ class RemoteShareCoordinator:
         return _assemble(response_class, request, done, results_by_topic)
 
     def _backoff_s(self, attempt: int) -> float:
-        base = min(self.backoff_ms * (2 ** (attempt - 1)), self.max_backoff_ms)
-        return base * random.uniform(0.8, 1.2) / 1000
+        """Kafka's ExponentialBackoff.backoff(attempts) after ``attempt`` failed attempts:
+        backoff_ms * 2^attempt (2 s after the first), jittered by 20%, then capped."""
+        base = self.backoff_ms * 2 ** min(attempt, _exp_max(self.backoff_ms, self.max_backoff_ms))
+        return min(base * random.uniform(0.8, 1.2), self.max_backoff_ms) / 1000
 
     async def _lookup(self, group: str, items) -> dict[tuple[UUID, int], ErrorCode]:
         """Find the coordinators not cached yet; returns the keys whose lookup failed."""

@@ -159,6 +159,17 @@ async def test_five_attempts_then_the_error_is_the_answer():
         await fake.close()
 
 
+def test_the_backoff_is_kafkas_exponential_backoff_of_the_failed_attempts():
+    """PersisterStateManager's BackoffManager counts the failed attempt before it asks
+    ExponentialBackoff(1 s, x2, 30 s, 20% jitter) for the wait: 2 s after the first failure,
+    then 4, 8 and 16 s (they used to be 1, 2, 4 and 8 s), never over 30 s with the jitter."""
+    p = NetworkPersister(lambda: ("127.0.0.1", 1)).service
+    for attempt, seconds in ((1, 2), (2, 4), (3, 8), (4, 16)):
+        waits = [p._backoff_s(attempt) for _ in range(200)]
+        assert seconds * 0.8 <= min(waits) and max(waits) < seconds * 1.2, (attempt, min(waits), max(waits))
+    assert max(p._backoff_s(9) for _ in range(200)) <= 30
+
+
 async def test_other_errors_are_answered_at_once():
     fake = await FakeCoordinator(answer=lambda *a: ErrorCode.FENCED_STATE_EPOCH).start()
     p = persister_for(fake)

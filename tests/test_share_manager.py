@@ -276,6 +276,27 @@ async def test_min_bytes_zero_answers_at_once_when_a_partition_has_room(tmp_path
         assert await asyncio.wait_for(b.share_manager.fetch("g", "m1", [(topic_id, 0, "t")], p), 5) == {}
 
 
+async def test_min_bytes_is_met_at_once_when_the_records_start_in_an_older_segment(tmp_path):
+    """DelayedShareFetch.isMinBytesSatisfied answers at once when the fetch offset is on a
+    segment older than the log end's (onOlderSegment), whatever MinBytes asks: the fetch
+    waited its whole MaxWaitMs for a MinBytes that the log after a roll did not hold."""
+    async with running_broker(tmp_path) as b:
+        topic_id = b.topics.create("t", 1).topic_id
+        await share_partition(b, "g", topic_id, 0, "t")
+        await produce(b, "t", [b"a"])
+        b.store.get("t", 0).roll()
+        await produce(b, "t", [b"b"])
+        p = FetchParams(max_wait_ms=60_000, min_bytes=1 << 20, max_bytes=2 << 20, max_records=500, batch_size=500)
+        got = await asyncio.wait_for(b.share_manager.fetch("g", "m1", [(topic_id, 0, "t")], p), 5)
+        assert got[(topic_id, 0)].acquired == [(0, 1, 1)]
+        # Within the log end's segment the bytes count, as before.
+        await produce(b, "t", [b"c"])
+        parked = asyncio.ensure_future(b.share_manager.fetch("g", "m1", [(topic_id, 0, "t")], p))
+        await until_parked(b)
+        assert not parked.done()
+        parked.cancel()
+
+
 async def test_the_first_fetch_acquires_max_records_of_large_records(tmp_path):
     """The first read of a share partition has no bytes-per-record estimate; one cut short of
     MaxRecords is made again with the estimate it gave. Kafka reads the whole byte budget: the

@@ -143,6 +143,10 @@ class Log:
     def first_segment_base(self) -> int:
         return self._segments[0].base_offset
 
+    @property
+    def active_segment_base(self) -> int:
+        return self._segments[-1].base_offset
+
     # -- append --------------------------------------------------------------------------------
 
     def append(

@@ -370,6 +370,7 @@ class SharePartitionManager:
             if sp.can_acquire():
                 with_room.append((topic_id, p, leader, lg))
         budget_bytes = max(params.max_bytes // max(len(with_room), 1), 1)
+        older = False  # a read starts in a segment older than the log end's
         for topic_id, p, leader, lg in with_room:
             sp = leader.sp
             if sp.next_fetch_offset() >= lg.end_offset:
@@ -382,8 +383,11 @@ class SharePartitionManager:
             if rr is not None and rr.batches:
                 total += rr.size
                 reads.append((topic_id, p, leader, (offset, rr), ErrorCode.NONE))
+                older = older or offset < lg.active_segment_base
         failed = any(r[4] for r in reads)  # like a log read error, a vanished partition answers at once
-        if not final and not failed and (total < params.min_bytes or (total == 0 and not with_room)):
+        # Kafka's isMinBytesSatisfied counts bytes only within the log end's segment: a fetch
+        # offset on an older one (the partition rolled, or the fetch fell behind) is enough.
+        if not final and not failed and not older and (total < params.min_bytes or (total == 0 and not with_room)):
             return None
         out: dict[tuple[UUID, int], PartitionFetch] = {}
         records_left = params.max_records

@@ -311,6 +311,26 @@ async def test_the_first_fetch_acquires_max_records_of_large_records(tmp_path):
         assert first[(topic_id, 0)].acquired == [(0, 499, 1)]
 
 
+async def test_a_released_record_below_held_ones_comes_with_new_records_after_them(tmp_path):
+    """Kafka reads the whole byte budget from the next fetch offset, so a fetch starting at a
+    released record acquires it and then new records after the held window (up to MaxRecords
+    and the lock limit). The read sized for MaxRecords ended inside the window: the fetch
+    returned the one released record."""
+    async with running_broker(tmp_path) as b:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 1).topic_id
+        await share_partition(b, "g", topic_id, 0, "t")
+        for _ in range(1000):
+            await produce(b, "t", [b"x" * 20])
+        held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0, max_records=1000, batch_size=1000))
+        assert held[(topic_id, 0)].acquired == [(0, 999, 1)]
+        await manager.acknowledge("g", "m1", {(topic_id, 0): [(0, 0, [2])]})  # release offset 0
+        for _ in range(500):
+            await produce(b, "t", [b"y" * 20])
+        got = await manager.fetch("g", "m2", [(topic_id, 0, "t")], params(0))
+        assert got[(topic_id, 0)].acquired == [(0, 0, 2), (1000, 1498, 1)]
+
+
 async def test_max_bytes_is_shared_by_the_partitions_with_room_under_the_lock_limit(tmp_path):
     """Kafka divides MaxBytes over the partitions that can acquire: one at the lock limit
     takes no share (partition 1 got 30 KiB-worth of a 64 KiB budget)."""

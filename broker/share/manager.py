@@ -112,12 +112,14 @@ class _Leader:
 READ_PROBE_BYTES = 64 * 1024
 
 
-def _read_size(leader: _Leader, params: FetchParams, budget_bytes: int) -> int:
-    """How much log to read for one share fetch: about what ``max_records`` records take (twice
-    the last read's bytes per record), not the whole byte budget. A consumer asks for 500
-    records with fetch.max.bytes of 50 MiB; reading 50 MiB to acquire 500 records would copy
-    the rest of the log on every fetch. At least one whole batch is always read."""
-    want = max(READ_PROBE_BYTES, params.min_bytes, int(2 * params.max_records * leader.bytes_per_record))
+def _read_size(leader: _Leader, params: FetchParams, budget_bytes: int, records: int = 0) -> int:
+    """How much log to read for one share fetch: about what ``records`` (MaxRecords by default)
+    records take (twice the last read's bytes per record), not the whole byte budget. A
+    consumer asks for 500 records with fetch.max.bytes of 50 MiB; reading 50 MiB to acquire
+    500 records would copy the rest of the log on every fetch. At least one whole batch is
+    always read."""
+    records = records or params.max_records
+    want = max(READ_PROBE_BYTES, params.min_bytes, int(2 * records * leader.bytes_per_record))
     return min(budget_bytes, want)
 
 
@@ -139,15 +141,21 @@ def _has_acquirable(lg, sp: SharePartition) -> bool:
 def _read(lg, leader: _Leader, params: FetchParams, budget_bytes: int):
     """``_read_next`` sized by ``_read_size``. A read that the estimate cut short of
     MaxRecords records while more log follows (the first read has no estimate; the records
-    may have grown) is made once more, sized by what it found: Kafka reads the whole budget."""
+    may have grown) is made once more, sized by what it found: Kafka reads the whole budget.
+    A read starting at a released record inside the in-flight window counts MaxRecords from
+    the window's end, with room under the lock limit: held records in between are not
+    acquired, and Kafka's whole-budget read acquires new records after them in the same fetch."""
+    sp = leader.sp
     size = _read_size(leader, params, budget_bytes)
-    offset, rr = _read_next(lg, leader.sp, size)
+    offset, rr = _read_next(lg, sp, size)
     if rr is None or not rr.batches:
         return offset, rr
     _note_density(leader, rr)
     last = rr.batches[-1].last_offset
-    if last - offset + 1 < params.max_records and last + 1 < lg.end_offset:
-        bigger = _read_size(leader, params, budget_bytes)
+    window = sp.end_offset - offset + 1 if sp.in_flight_count < sp.max_in_flight_records else 0
+    records = params.max_records + max(window, 0)
+    if last - offset + 1 < records and last + 1 < lg.end_offset:
+        bigger = _read_size(leader, params, budget_bytes, records)
         if bigger > size:
             offset, rr = _read_next(lg, leader.sp, bigger)
             if rr is not None and rr.batches:

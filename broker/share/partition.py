@@ -296,6 +296,11 @@ class SharePartition:
         return self.end_offset - self._spso + 1 if self._cache else 0
 
     @property
+    def max_in_flight_records(self) -> int:
+        """group.share.partition.max.record.locks: the limit ``in_flight_count`` is held to."""
+        return self._max_in_flight
+
+    @property
     def acquired_count(self) -> int:
         return self._acquired
 

@@ -297,6 +297,22 @@ async def test_min_bytes_is_met_at_once_when_the_records_start_in_an_older_segme
         parked.cancel()
 
 
+async def test_min_bytes_counts_a_partition_only_up_to_its_share_of_max_bytes(tmp_path):
+    """isMinBytesSatisfied adds min(bytes available, the partition's share of MaxBytes) per
+    partition: one batch larger than its share does not meet a MinBytes above the share (it
+    answered at once; Kafka waits MaxWaitMs, then serves the batch)."""
+    async with running_broker(tmp_path) as b:
+        topic_id = b.topics.create("t", 2).topic_id
+        for p in (0, 1):
+            await share_partition(b, "g", topic_id, p, "t")
+        await produce(b, "t", [bytes(120 * 1024)])
+        p = FetchParams(max_wait_ms=500, min_bytes=100 * 1024, max_bytes=128 * 1024, max_records=500, batch_size=500)
+        started = time.monotonic()
+        got = await b.share_manager.fetch("g", "m1", [(topic_id, 0, "t"), (topic_id, 1, "t")], p)
+        assert time.monotonic() - started >= 0.4
+        assert got[(topic_id, 0)].acquired == [(0, 0, 1)]
+
+
 async def test_the_first_fetch_acquires_max_records_of_large_records(tmp_path):
     """The first read of a share partition has no bytes-per-record estimate; one cut short of
     MaxRecords is made again with the estimate it gave. Kafka reads the whole byte budget: the

@@ -389,7 +389,7 @@ class SharePartitionManager:
                 reads.append((topic_id, p, leader, None, ErrorCode(e.error_code)))
                 continue
             if rr is not None and rr.batches:
-                total += rr.size
+                total += min(rr.size, budget_bytes)  # Kafka counts a partition's bytes up to its share
                 reads.append((topic_id, p, leader, (offset, rr), ErrorCode.NONE))
                 older = older or offset < lg.active_segment_base
         failed = any(r[4] for r in reads)  # like a log read error, a vanished partition answers at once

@@ -459,9 +459,9 @@ async def test_a_lock_expiry_written_after_a_later_acknowledgement_does_not_move
         assert await fetch("m2", 3) == [(1, 3, 1)]
         assert await manager.acknowledge("g", "m2", {tp: [(1, 2, [1])]}) == {tp: (0, None)}
 
-        now[0] = lock_end + 1  # only offset 0's lock: it is archived and the SPSO moves to 3
+        now[0] = lock_end + 1  # only offset 0's lock: it is archived, the SPSO moves once written
         manager._expire(leader)
-        assert leader.sp.start_offset == 3 and manager._writes
+        assert leader.sp.start_offset == 0 and manager._writes
         # Handled before the expiry's write task runs: written at once.
         assert await manager.acknowledge("g", "m2", {tp: [(3, 3, [1])]}) == {tp: (0, None)}
         await asyncio.gather(*list(manager._writes))
@@ -546,3 +546,44 @@ async def test_a_failed_load_is_logged_with_the_error_it_answers(tmp_path, caplo
         assert result.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
         (message,) = [r.getMessage() for r in caplog.records if "loading failed" in r.getMessage()]
         assert f"('g', UUID('{topic_id}'), 0)" in message and "UNKNOWN_SERVER_ERROR" in message
+
+
+async def test_a_lock_expiry_is_written_with_the_start_offset_before_it_moves(tmp_path):
+    """Kafka's timeout handler writes the expired records' state with the SPSO and
+    delivery-complete count of that moment and moves the SPSO once the write is done
+    (SharePartition.releaseAcquisitionLockOnTimeout, then maybeUpdateCachedStateAndOffsets):
+    records archived at the delivery limit are written with StartOffset 0 and
+    DeliveryCompleteCount 3, and the stored start stays 0 until a later write."""
+    async with running_broker(tmp_path, {"group.share.delivery.count.limit": "2"}) as b:
+        manager = b.share_manager
+        now = [asyncio.get_running_loop().time() * 1000 + 10**9]  # far ahead: real timers never fire
+        manager._now = lambda: now[0]
+        topic_id = b.topics.create("t", 1).topic_id
+        tp = (topic_id, 0)
+        await share_partition(b, "g", topic_id, 0, "t")  # starts at the log end, 0
+        await produce(b, "t", [b"a", b"b", b"c"])  # offsets 0-2, one batch
+        leader = manager._leaders[("g", topic_id, 0)]
+        for delivery in (1, 2):
+            result = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0))
+            assert result[tp].acquired == [(0, 2, delivery)]
+            if delivery == 1:
+                now[0] += leader.sp.lock_duration_ms + 1
+                manager._expire(leader)
+                await asyncio.gather(*list(manager._writes))
+
+        sent = []
+        write_state = manager.persister.write_state
+
+        async def spy(*args, **kw):
+            sent.append((kw["start_offset"], kw["delivery_complete_count"], list(kw["batches"]),
+                         leader.sp.start_offset))
+            return await write_state(*args, **kw)
+
+        manager.persister.write_state = spy
+        now[0] += leader.sp.lock_duration_ms + 1
+        manager._expire(leader)
+        await asyncio.gather(*list(manager._writes))
+        assert sent == [(0, 3, [(0, 2, 4, 2)], 0)]  # ARCHIVED (4), sent before the SPSO moved
+        assert leader.sp.start_offset == 3 and leader.sp.delivery_complete_count == 0
+        state = await manager.persister.read_state("g", topic_id, 0, leader_epoch=0)
+        assert state.start_offset == 0

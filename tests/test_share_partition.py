@@ -357,6 +357,8 @@ def test_poison_record_expiry_at_limit_is_archived():
         t = sp.expire_locks(clock.now)
         expected = ARCHIVED if delivery == 3 else AVAILABLE
         assert t.state_batches == [(0, 0, expected, delivery)]
+    assert (sp.start_offset, sp.delivery_complete_count) == (0, 1)  # until the write is done
+    sp.settle()
     assert sp.start_offset == 1
     assert sp.delivery_complete_count == 0
 
@@ -433,13 +435,18 @@ def test_lock_expiry_then_redelivery_counts_up():
 
 def test_expiry_write_carries_the_start_offset_before_the_move():
     """Kafka writes the expiry's state with the start offset and delivery-complete count of
-    that moment, and moves the SPSO once the write is done."""
+    that moment (also when the write is sent a little later, ``stamp``), and moves the SPSO
+    once the write is done (``settle``)."""
     sp, clock = make(max_delivery_count=1)
     acquire(sp, "m", [(0, 9)])
     ack(sp, "m", (0, 4, [ACCEPT]))
     assert (sp.start_offset, sp.delivery_complete_count) == (5, 0)
     t = sp.expire_locks(LOCK_MS)
     assert (t.start_offset, t.delivery_complete_count, t.state_batches) == (5, 5, [(5, 9, ARCHIVED, 1)])
+    assert (sp.start_offset, sp.delivery_complete_count) == (5, 5)
+    sp.stamp(t)
+    assert (t.start_offset, t.delivery_complete_count) == (5, 5)
+    sp.settle()
     assert (sp.start_offset, sp.delivery_complete_count) == (10, 0)
 
 
@@ -778,6 +785,7 @@ def test_log_start_offset_moves_past_in_flight_records():
     assert sp.start_offset == 14
     t = sp.expire_locks(LOCK_MS)
     assert t.state_batches == [(5, 9, ARCHIVED, 1), (11, 11, ARCHIVED, 1), (14, 14, AVAILABLE, 1)]
+    sp.settle()
     assert [(e.first, e.last) for e in sp.entries()] == [(10, 14)]
     assert sp.next_fetch_offset() == 14
     check_counts(sp)
@@ -793,6 +801,7 @@ def test_log_start_offset_past_everything():
     assert sp.next_fetch_offset() == 20
     assert acquire(sp, "n", [(18, 25)], fetch_offset=20).ranges == [(20, 25, 1)]
     sp.expire_locks(LOCK_MS)
+    sp.settle()
     assert [(e.first, e.last) for e in sp.entries()] == [(20, 25)]
     check_counts(sp)
 

@@ -246,11 +246,13 @@ class SharePartitionMachine(RuleBasedStateMachine):
                 return
             budget = min(max_records, end - fetch + 1)
             last_to_acquire = min(last_to_acquire, end)
+        archived = False
         if fetch < first_base:  # compacted away: archive what was waiting there
             for o in range(fetch, first_base):
                 r = self.recs.get(o)
                 if r is not None and r.state == AVAILABLE and not r.pending:
                     r.state = ARCHIVED
+                    archived = True
 
         start_new = max(first_base, self.m_next_new())
         acquirable = start_new <= last_to_acquire or any(
@@ -297,7 +299,8 @@ class SharePartitionMachine(RuleBasedStateMachine):
             else:
                 assert result.batch_start == sum(1 for b in batches if b[1] < first_acq)
                 assert result.batch_end == sum(1 for b in batches if b[0] <= last_acq)
-        self.m_advance()
+        if archived:  # (else nothing new is finished: an expiry's records wait for its write)
+            self.m_advance()
 
     def held_runs(self, member):
         runs = []
@@ -529,7 +532,6 @@ class SharePartitionMachine(RuleBasedStateMachine):
             r.state, r.member = target, None
             changes[o] = (target, r.count)
         written = (self.spso, self.m_dcc())  # Kafka writes these before the SPSO moves
-        self.m_advance()
         if not changes:
             assert t is None
             return
@@ -538,16 +540,23 @@ class SharePartitionMachine(RuleBasedStateMachine):
         assert (t.start_offset, t.delivery_complete_count) == written
         # Expiry is final; its write is best effort (the manager only logs a failure), and
         # sent from a task of its own: writes sealed meanwhile may reach the coordinator first.
+        # The SPSO moves once the write is done, whatever its outcome.
         if later and not lost:
             self.unsent.append(t)
         else:
             self.sent(t, FAILED if lost else APPLIED)
+            self.expiry_written()
 
     @precondition(lambda self: self.unsent)
     @rule()
     def send_expiry(self):
         """The oldest expiry write task runs (tasks run in the order they were created)."""
         self.sent(self.unsent.pop(0), APPLIED)
+        self.expiry_written()
+
+    def expiry_written(self):
+        self.sp.settle()
+        self.m_advance()
 
     @precondition(lambda self: self.lso < self.log_end)
     @rule(data=st.data())
@@ -723,7 +732,10 @@ class SharePartitionMachine(RuleBasedStateMachine):
         for o, state, count, member, deadline, pending in sp.iter_records():
             if o >= self.spso or not terminal(state) or pending:
                 got[o] = (state, count, member, deadline, pending)
-        assert got == {o: r.key() for o, r in self.recs.items()}
+        # (finished records below the SPSO are dropped when it next moves: after a lock
+        # expiry's write is done, they wait for it)
+        assert got == {o: r.key() for o, r in self.recs.items()
+                       if o >= self.spso or not terminal(r.state) or r.pending}
         # Nothing is kept that lies wholly below the SPSO and is settled.
         for e in sp._cache.values():
             if e.last < self.spso:

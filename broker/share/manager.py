@@ -553,16 +553,26 @@ class SharePartitionManager:
             self._track(asyncio.get_running_loop().create_task(self._write_final(leader, t)))
 
     async def _write_final(self, leader: _Leader, t: Transition) -> None:
-        """Expiry is already applied; its write is best effort, as in Kafka. Writes sent since
-        the expiry moved the SPSO carry the new one: so must this one (``stamp``)."""
+        """Expiry is already applied; its write is best effort, as in Kafka, which moves the
+        SPSO once the write is done whatever its outcome (``settle``). Writes sent since the
+        SPSO moved (an acknowledgement's commit moves it too) carry the new one: so must this
+        one (``stamp``)."""
         group_id, topic_id, p = leader.key
-        leader.sp.stamp(t)
-        code, msg = await self.persister.write_state(
-            group_id, topic_id, p, state_epoch=t.state_epoch, leader_epoch=LEADER_EPOCH,
-            start_offset=t.start_offset, delivery_complete_count=t.delivery_complete_count, batches=t.state_batches,
-        )
-        if code:
-            log.warning("share partition %s: writing lock expiry failed: %s %s", leader.key, ErrorCode(code).name, msg)
+        sp = leader.sp
+        sp.stamp(t)
+        try:
+            code, msg = await self.persister.write_state(
+                group_id, topic_id, p, state_epoch=t.state_epoch, leader_epoch=LEADER_EPOCH,
+                start_offset=t.start_offset, delivery_complete_count=t.delivery_complete_count,
+                batches=t.state_batches,
+            )
+            if code:
+                log.warning("share partition %s: writing lock expiry failed: %s %s",
+                            leader.key, ErrorCode(code).name, msg)
+        finally:
+            sp.settle()
+        if self._servable(leader):  # the SPSO moved: room under the in-flight limit
+            self._notify(leader)
 
     def _track(self, task: asyncio.Task) -> None:
         self._writes.add(task)

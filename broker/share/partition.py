@@ -12,6 +12,7 @@ talks to the persister; the async shell around it does:
 * Acquisition locks are deadlines on the injected clock (milliseconds). The shell arms a timer
   for ``next_deadline()`` and calls ``expire_locks(now)``; expiry is applied at once (Kafka
   applies it whatever the write's outcome) and returns an already-final Transition to persist.
+  Once that write is done, failed or not, the shell calls ``settle()`` to move the SPSO.
 
 In-flight state lives in a SortedDict ``first_offset -> InFlightBatch``: one state per cached
 range until an operation touches part of it, then per-offset lists (see inflight.py). Whole-range
@@ -1409,7 +1410,8 @@ class SharePartition:
 
         Expired records become AVAILABLE (ARCHIVED at the delivery limit or below the SPSO).
         Records in a pending transition only lose their lock (see ``rollback``). The change is
-        final already; the returned Transition is what to persist, best effort.
+        final already; the returned Transition is what to persist, best effort, and the SPSO
+        moves past records it finished when that write is done (``settle``).
         """
         if now is None:
             now = self._clock()
@@ -1468,12 +1470,18 @@ class SharePartition:
         if not sb:
             return None
         # Kafka writes the start offset and count as they are when the locks expire and
-        # moves the SPSO once that write is done: the record carries both before the move.
-        t = self._seal(self._new_transition(EXPIRE), sb)
+        # moves the SPSO once that write is done (``settle``): the record carries both
+        # before the move.
+        return self._seal(self._new_transition(EXPIRE), sb)
+
+    def settle(self) -> None:
+        """Move the SPSO past the finished records: the shell calls it when a lock expiry's
+        write is done, whatever its outcome (SharePartition's maybeUpdateCachedStateAndOffsets
+        after the expiry's writeShareGroupState). Until then the SPSO stays where the expiry
+        found it, so writes sent meanwhile carry it, as in Kafka."""
         if self._stragglers:
             self._settle_below_start()
         self._advance()
-        return t
 
     # ------------------------------------------------------- start offset
 

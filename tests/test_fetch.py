@@ -347,6 +347,28 @@ async def test_min_bytes_counts_appended_bytes_before_answering(local):
     assert len(records_of(resp.responses[0].partitions[0].records)) == 2
 
 
+async def test_a_fetch_offset_on_an_older_segment_answers_without_waiting_for_min_bytes(local):
+    """Kafka's DelayedFetch completes at once when the fetch offset is on a segment older than
+    the log end's (case F), whatever MinBytes asks; it waited MaxWaitMs."""
+    local.topics.create("t", 1)
+    lg = local.store.get("t", 0)
+    await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"a"])))
+    lg.roll()
+    await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"b"])))
+    req = fetch_request("t", 0, max_wait_ms=30_000, min_bytes=1 << 20)
+    resp = await asyncio.wait_for(fetch_handler.handle(ctx(local, 1, 12), req), 5)
+    assert [r.value for r in records_of(resp.responses[0].partitions[0].records)] == [b"a", b"b"]
+    # Waiting on the log end's segment, a roll ends the wait.
+    req = fetch_request("t", 1, max_wait_ms=30_000, min_bytes=1 << 20)
+    task = asyncio.ensure_future(fetch_handler.handle(ctx(local, 1, 12), req))
+    while not local.partitions.waiting(data_key("t", 0)):
+        await asyncio.sleep(0)
+    lg.roll()
+    await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"c"])))
+    resp = await asyncio.wait_for(task, 5)
+    assert [r.value for r in records_of(resp.responses[0].partitions[0].records)] == [b"b", b"c"]
+
+
 async def test_shutdown_releases_long_polls(local):
     local.topics.create("t", 1)
     task = asyncio.ensure_future(fetch_handler.handle(ctx(local, 1, 12), fetch_request("t", 0, max_wait_ms=30_000, min_bytes=1)))

@@ -12,7 +12,9 @@ wait for clients that stopped reading, the total shrinks (``Server.response_byte
 out as slices of the segment reads, never re-encoded. If less than MinBytes is available, the
 request waits up to MaxWaitMs for appends to its partitions (``broker.partitions.wait_for_data``),
 counting the bytes appended since (never less when retention or DeleteRecords drop segments
-meanwhile), like Kafka's DelayedFetch, then reads again. As Kafka's
+meanwhile), like Kafka's DelayedFetch, then reads again. As DelayedFetch (its case F), a fetch
+offset on a segment older than the log end's is enough whatever MinBytes asks: Kafka reads one
+segment per partition, so such a fetch would never gather more. As Kafka's
 handleFetch, partitions that do not exist (unknown topic, topic id or partition) are set aside
 and answered after the others without cutting the wait short; an error met reading a partition
 that exists (epochs, offsets, a damaged or offline log) answers at once. A partition named twice
@@ -238,7 +240,8 @@ async def handle(ctx, req) -> FetchResponse:
     min_bytes = min(req.min_bytes, max_bytes)
     plan = _plan(broker, req, v)
     total = _read(plan, max_bytes, broker.store)
-    if total < min_bytes and req.max_wait_ms > 0 and plan.readable and not plan.errors:
+    if (total < min_bytes and req.max_wait_ms > 0 and plan.readable and not plan.errors
+            and not any(_on_older_segment(lg, fp) for _pd, lg, fp in plan.readable)):
         await _wait(broker, plan, total, min_bytes, req.max_wait_ms / 1000)
         _read(plan, max_bytes, broker.store)
     if plan.unknown:
@@ -267,6 +270,13 @@ async def _wait(broker, plan: _Plan, have: int, min_bytes: int, max_wait_s: floa
         for (pd, lg, fp), size in zip(plan.readable, sizes):
             if lg.closed or lg.offline or fp.fetch_offset > lg.end_offset or fp.fetch_offset < lg.start_offset:
                 return True  # deleted, offline or moved under us: answer now, the read reports it
+            if _on_older_segment(lg, fp):  # the segment rolled
+                return True
             grown += min(lg.appended_bytes - size, fp.partition_max_bytes)
         if grown >= min_bytes:
             return True
+
+
+def _on_older_segment(lg, fp) -> bool:
+    """DelayedFetch's case F: the fetch offset lies on a segment older than the log end's."""
+    return fp.fetch_offset < lg.active_segment_base

@@ -155,8 +155,10 @@ def test_latest_state_with_more_spark_partitions_than_keys(spark):  # noqa: F811
     """Spark partitions without rows (here three of four) replay nothing."""
     tid = uuid.uuid4()
     rows = StateRowBuilder()
-    rows.add(0, [Record(0, 0, coordinator_serde.encode_key(ShareSnapshotKey("few", tid, 0)), coordinator_serde.encode_value(
-        ShareSnapshotValue(start_offset=5, delivery_complete_count=1, state_batches=[])), [])])
+    key = coordinator_serde.encode_key(ShareSnapshotKey("few", tid, 0))
+    value = coordinator_serde.encode_value(ShareSnapshotValue(start_offset=5, delivery_complete_count=1,
+                                                              state_batches=[]))
+    rows.add(0, [Record(0, 0, key, value, [])])
     df = spark.createDataFrame(pa.Table.from_batches([rows.take()]), schema=STATE_SCHEMA)
     assert [(r["group_id"], r["start_offset"]) for r in latest_state(df, partitions=4).collect()] == [("few", 5)]
 

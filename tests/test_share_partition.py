@@ -806,6 +806,26 @@ def test_log_start_offset_past_everything():
     check_counts(sp)
 
 
+def test_an_acquisition_that_archives_drops_settled_records_below_the_start_offset():
+    """Records a log start move left below the SPSO, archived by a lock expiry whose write is
+    still out, go when the next step settles: here an acquisition that archives records the
+    log no longer has, though the SPSO does not move (found by the hypothesis model)."""
+    sp, clock = make()
+    acquire(sp, "m", [(0, 4)])
+    clock.now = 1_000
+    acquire(sp, "n", [(5, 9)])
+    ack(sp, "n", (7, 9, [RELEASE]))
+    sp.on_log_start_offset(5)  # 0-4 stay, acquired by m
+    clock.now = LOCK_MS
+    t = sp.expire_locks(clock.now)
+    assert t.state_batches == [(0, 4, ARCHIVED, 1)]
+    assert [(e.first, e.last) for e in sp.entries()][0] == (0, 4)  # until the write is done
+    assert acquire(sp, "n", [(10, 12)], fetch_offset=7).ranges == [(10, 12, 1)]  # 7-9 compacted away
+    assert sp.start_offset == 5  # 5-6 are still n's
+    assert [(e.first, e.last) for e in sp.entries()][0] == (5, 9)
+    check_counts(sp)
+
+
 def test_initialize_from_persisted_state():
     sp = SharePartition(clock=FakeClock(), lock_duration_ms=LOCK_MS)
     sp.initialize(100, 3, [(100, 104, ACKNOWLEDGED, 1), (110, 114, AVAILABLE, 2),

@@ -565,7 +565,7 @@ class SharePartition:
                                               batch_size, record_limit, budget - acquired,
                                               deadline, ranges)
         if archived:
-            self._advance()
+            self.settle()
         if not ranges:
             return AcquireResult([], 0, 0, 0)
         return AcquireResult(ranges, acquired, *self._covering_batches(log_batches, ranges))
@@ -1270,9 +1270,7 @@ class SharePartition:
         self._open.pop(t.id, None)
         if t._scattered is None or not self._commit_scattered(t):
             self._commit_entries(t)
-        if self._stragglers:
-            self._settle_below_start()
-        self._advance()
+        self.settle()
 
     def _commit_entries(self, t: Transition) -> None:
         """``commit``'s work on the records of ``t``'s undo entries still pending under it:
@@ -1363,9 +1361,7 @@ class SharePartition:
         for e, i, j, old_state, old_count, old_member in self._holders(t):
             for k in range(i, j) if i >= 0 else (-1,):
                 self._undo_one(e, k, old_state, old_count, old_member)
-        if self._stragglers:
-            self._settle_below_start()
-        self._advance()
+        self.settle()
 
     def _undo_one(self, e: InFlightBatch, i: int, old_state: int, old_count: int, old_member: str | None) -> None:
         """Roll back a whole batch-mode entry (i = -1) or offset i of a split one."""
@@ -1475,10 +1471,12 @@ class SharePartition:
         return self._seal(self._new_transition(EXPIRE), sb)
 
     def settle(self) -> None:
-        """Move the SPSO past the finished records: the shell calls it when a lock expiry's
-        write is done, whatever its outcome (SharePartition's maybeUpdateCachedStateAndOffsets
-        after the expiry's writeShareGroupState). Until then the SPSO stays where the expiry
-        found it, so writes sent meanwhile carry it, as in Kafka."""
+        """Move the SPSO past the finished records, dropping those left below it by a log start
+        move once they are settled: after a commit, a rollback or an acquisition that archived,
+        and when the shell reports a lock expiry's write done, whatever its outcome
+        (SharePartition's maybeUpdateCachedStateAndOffsets after the expiry's
+        writeShareGroupState). Until then the SPSO stays where the expiry found it, so writes
+        sent meanwhile carry it, as in Kafka."""
         if self._stragglers:
             self._settle_below_start()
         self._advance()

@@ -201,3 +201,36 @@ def test_by_duration_rejects(text):
 def test_by_duration_adds_its_fields(days, hours, minutes, seconds, millis):
     text = f"P{days}DT{hours}H{minutes}M{seconds}.{millis:03d}S"
     assert parse_duration(text) == (((days * 24 + hours) * 60 + minutes) * 60 + seconds) * 1000 + millis
+
+
+def test_describe_leaves_out_a_partition_that_answers_an_error():
+    """Kafka's ListShareGroupOffsetsHandler skips a partition whose row carries an error (only a
+    start offset of -1 maps to null, shown as "-"), so kafka-share-groups.sh prints no row for it."""
+    from broker.tools.share_admin import ShareAdmin
+    from protocol.messages.describe_share_group_offsets_response import (
+        DescribeShareGroupOffsetsResponse,
+        DescribeShareGroupOffsetsResponseGroup,
+        DescribeShareGroupOffsetsResponsePartition,
+        DescribeShareGroupOffsetsResponseTopic,
+    )
+
+    Partition = DescribeShareGroupOffsetsResponsePartition
+    response = DescribeShareGroupOffsetsResponse(groups=[DescribeShareGroupOffsetsResponseGroup(group_id="g", topics=[
+        DescribeShareGroupOffsetsResponseTopic(topic_name="t", partitions=[
+            Partition(partition_index=0, start_offset=4, leader_epoch=0, lag=2),
+            Partition(partition_index=1, start_offset=-1, leader_epoch=-1, lag=-1),
+            Partition(partition_index=2, start_offset=0, leader_epoch=0, lag=0,
+                      error_code=ErrorCode.LEADER_NOT_AVAILABLE, error_message="offline")])])])
+    admin = ShareAdmin.__new__(ShareAdmin)
+    admin._to_coordinator = lambda group_id, request, check: (check(response), response)[1]
+
+    class Description:
+        group_state = "Empty"
+
+    admin.describe_share_group = lambda group_id: Description()
+    out, err = io.StringIO(), io.StringIO()
+    o = build_parser().parse_args([*B, "--describe", "--group", "g"])
+    ShareGroupCommand(o, admin, out, err).run()
+    assert out.getvalue() == (f"\n{'GROUP':<15} {'TOPIC':<15} {'PARTITION':<10} {'START-OFFSET':<13} LAG"
+                              f"\n{'g':<15} {'t':<15} {0:<10} {4:<13} 2"
+                              f"\n{'g':<15} {'t':<15} {1:<10} {'-':<13} -\n")

@@ -222,7 +222,8 @@ class ShareAdmin:
     def share_group_offsets(self, group_id: str, topics: dict[str, list[int]] | None = None
                             ) -> dict[TopicPartition, OffsetInfo | None]:
         """DescribeShareGroupOffsets (all initialized share partitions when ``topics`` is None).
-        Like Kafka's admin client, a partition without a start offset maps to None; the lag is
+        Like Kafka's admin client, a partition without a start offset maps to None, one that
+        answers an error is left out (ListShareGroupOffsetsHandler skips it); the lag is
         unknown from a broker without v1."""
         req_topics = None if topics is None else [
             DescribeShareGroupOffsetsRequestTopic(topic_name=t, partitions=ps) for t, ps in topics.items()]
@@ -238,7 +239,9 @@ class ShareAdmin:
         out: dict[TopicPartition, OffsetInfo | None] = {}
         for t in resp.groups[0].topics:
             for p in t.partitions:
-                if p.error_code or p.start_offset < 0:
+                if p.error_code:
+                    continue
+                if p.start_offset < 0:
                     out[(t.topic_name, p.partition_index)] = None
                     continue
                 out[(t.topic_name, p.partition_index)] = OffsetInfo(

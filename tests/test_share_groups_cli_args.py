@@ -60,9 +60,6 @@ B = ("--bootstrap-server", NOWHERE)
      'Option "[to-earliest]" can\'t be used with option "[to-latest]"'),
     ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-01-01T00:00:00.000", "--to-offset", "3",
       "--dry-run"), 'Option "[to-datetime]" can\'t be used with option "[to-offset]"'),
-    ((*B, "--reset-offsets", "--group", "g", "--execute"),
-     ("Option '[reset-offsets]' requires one of the following scenarios: "
-      "[[to-datetime], [by-duration], [to-earliest], [to-latest], [to-offset]]")),
     ((*B, "--list", "--group", "g"), 'Option "[group]" can\'t be used with option "[list]"'),
     ((*B, "--describe", "--group", "g", "--all-groups"), 'Option "[group]" can\'t be used with option "[all-groups]"'),
     ((*B, "--describe", "--group", "g", "--topic", "t"), 'Option "[topic]" can\'t be used with option "[describe]"'),
@@ -71,23 +68,70 @@ B = ("--bootstrap-server", NOWHERE)
      "Option(s) [state] are unavailable given other options on the command line"),
     ((*B, "--list", "--state", "Stable,Rebalancing"),
      "Invalid state list 'Stable,Rebalancing'. Valid states are: Dead, Empty, Stable"),
-    ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-01-01", "--execute"),
-     ("Error: Executing share group command failed due to java.text.ParseException: Error parsing timestamp. "
-      "It does not contain a 'T' according to ISO8601 format")),
-    ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-01-01T", "--execute"),
-     ("Error: Executing share group command failed due to java.text.ParseException: Error parsing timestamp. "
-      "It does not contain a 'T' according to ISO8601 format")),
-    ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-13-01T00:00:00.000", "--execute"),
-     'Error: Executing share group command failed due to java.text.ParseException: '
-     'Unparseable date: "2020-13-01T00:00:00.000Z"'),  # Kafka quotes the text with the "Z" it appended
-    ((*B, "--reset-offsets", "--group", "g", "--to-datetime", "2020-13-01T00:00:00.000+01:00", "--execute"),
-     'Error: Executing share group command failed due to java.text.ParseException: '
-     'Unparseable date: "2020-13-01T00:00:00.000+01:00"'),
-    ((*B, "--reset-offsets", "--group", "g", "--by-duration", "3 hours", "--execute"),
-     "Error: Executing share group command failed due to Text cannot be parsed to a Duration"),
 ])
 def test_bad_arguments_are_one_line_and_status_1(args, message):
     assert bad(*args) == message
+
+
+class EmptyGroupAdmin:
+    """A broker on which group "g" is empty and "busy" has a member; topic "t" has one partition."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def describe_share_group(self, group_id):
+        class Description:
+            group_state = "Stable" if group_id == "busy" else "Empty"
+        return Description()
+
+    def share_group_offsets(self, group_id):
+        return {}
+
+    def topic_partitions(self, topics):
+        if set(topics) != {"t"}:
+            raise AdminError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "This server does not host this topic-partition.")
+        return {"t": {0: 1}}
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--reset-offsets", "--group", "g", "--execute"),
+     ("Option '[reset-offsets]' requires one of the following scenarios: "
+      "[[to-datetime], [by-duration], [to-earliest], [to-latest], [to-offset]]")),
+    (("--reset-offsets", "--group", "g", "--to-datetime", "2020-01-01", "--execute"),
+     ("Error: Executing share group command failed due to java.text.ParseException: Error parsing timestamp. "
+      "It does not contain a 'T' according to ISO8601 format")),
+    (("--reset-offsets", "--group", "g", "--to-datetime", "2020-01-01T", "--execute"),
+     ("Error: Executing share group command failed due to java.text.ParseException: Error parsing timestamp. "
+      "It does not contain a 'T' according to ISO8601 format")),
+    (("--reset-offsets", "--group", "g", "--to-datetime", "2020-13-01T00:00:00.000", "--execute"),
+     'Error: Executing share group command failed due to java.text.ParseException: '
+     'Unparseable date: "2020-13-01T00:00:00.000Z"'),  # Kafka quotes the text with the "Z" it appended
+    (("--reset-offsets", "--group", "g", "--to-datetime", "2020-13-01T00:00:00.000+01:00", "--execute"),
+     'Error: Executing share group command failed due to java.text.ParseException: '
+     'Unparseable date: "2020-13-01T00:00:00.000+01:00"'),
+    (("--reset-offsets", "--group", "g", "--by-duration", "3 hours", "--execute"),
+     "Error: Executing share group command failed due to Text cannot be parsed to a Duration"),
+    # Kafka checks the group, then the partitions, and only then parses the scenario's value
+    (("--reset-offsets", "--group", "busy", "--to-datetime", "2020-01-01", "--execute"),
+     "Share group 'busy' is not empty."),
+    (("--reset-offsets", "--group", "busy", "--dry-run"), "Share group 'busy' is not empty."),
+    (("--reset-offsets", "--group", "g", "--topic", "nosuch", "--to-datetime", "2020-01-01", "--execute"),
+     "Error: Executing share group command failed due to This server does not host this topic-partition."),
+    (("--reset-offsets", "--group", "g", "--topic", "t:0,3", "--by-duration", "3 hours", "--execute"),
+     'Error: Executing share group command failed due to The partitions "t-3" do not exist'),
+    (("--reset-offsets", "--group", "g", "--topic", "t", "--dry-run"),
+     ("Option '[reset-offsets]' requires one of the following scenarios: "
+      "[[to-datetime], [by-duration], [to-earliest], [to-latest], [to-offset]]")),
+])
+def test_reset_refusals_in_kafkas_order(monkeypatch, args, message):
+    monkeypatch.setattr("broker.tools.share_groups.ShareAdmin", EmptyGroupAdmin)
+    assert bad(*B, *args) == message
 
 
 @pytest.mark.parametrize("action", [("--reset-offsets", "--to-earliest", "--execute"),

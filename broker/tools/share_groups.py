@@ -165,9 +165,6 @@ def check_args(o) -> None:
     if sum(bool(getattr(o, a)) for a in ACTIONS) != 1:
         raise UsageError("Command must include exactly one action: --list, --describe, --delete, --reset-offsets, "
                          "--delete-offsets.")
-    if o.reset_offsets and not any(_has(o, s) for s in SCENARIOS):
-        raise UsageError(f"Option '{_opt('reset_offsets')}' requires one of the following scenarios: "
-                         f"[{', '.join(_opt(s) for s in SCENARIOS)}]")
 
 
 def _check_invalid(o, used: str, invalid: tuple[str, ...]) -> None:
@@ -412,7 +409,6 @@ class ShareGroupCommand:
     def reset_offsets(self) -> None:
         o = self.o
         group_id = o.group[0]
-        timestamp = self._scenario_timestamp()
         try:
             d = self.admin.describe_share_group(group_id)
             if d.group_state not in (EMPTY, DEAD):
@@ -421,13 +417,19 @@ class ShareGroupCommand:
             if e.code != ErrorCode.GROUP_ID_NOT_FOUND:
                 raise
         partitions = self._partitions_to_reset(group_id)
-        offsets = self._new_offsets(partitions, timestamp)
+        # Kafka's prepareOffsetsToReset: the group and the partitions are checked first, then
+        # the scenario is chosen and its --to-datetime parsed
+        if not any(_has(o, s) for s in SCENARIOS):
+            raise UsageError(f"Option '{_opt('reset_offsets')}' requires one of the following scenarios: "
+                             f"[{', '.join(_opt(s) for s in SCENARIOS)}]")
+        offsets = self._new_offsets(partitions, self._scenario_timestamp())
         if o.execute and offsets:
             self.admin.alter_share_group_offsets(group_id, offsets)
         self._print_offsets_to_reset(group_id, offsets)
 
     def _scenario_timestamp(self) -> int | None:
-        """The timestamp of --to-datetime / --by-duration, parsed before anything is sent."""
+        """The timestamp of --to-datetime / --by-duration, parsed once the group and the
+        partitions have been checked (also when there are no partitions), as Kafka does."""
         try:
             if self.o.to_datetime is not None:
                 return parse_datetime(self.o.to_datetime)

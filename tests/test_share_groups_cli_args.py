@@ -278,3 +278,28 @@ def test_describe_leaves_out_a_partition_that_answers_an_error():
     assert out.getvalue() == (f"\n{'GROUP':<15} {'TOPIC':<15} {'PARTITION':<10} {'START-OFFSET':<13} LAG"
                               f"\n{'g':<15} {'t':<15} {0:<10} {4:<13} 2"
                               f"\n{'g':<15} {'t':<15} {1:<10} {'-':<13} -\n")
+
+
+@pytest.mark.parametrize("code, message, line", [
+    (ErrorCode.NON_EMPTY_GROUP, "The group is not empty.", "Error: The group is not empty."),
+    (ErrorCode.UNKNOWN_SERVER_ERROR, "boom",
+     "Error: Encounter some unknown error: org.apache.kafka.common.errors.UnknownServerException: boom"),
+    (ErrorCode.KAFKA_STORAGE_ERROR, "Disk error when trying to access log file on the disk.",
+     "Error: Encounter some unknown error: org.apache.kafka.common.errors.KafkaStorageException: "
+     "Disk error when trying to access log file on the disk."),
+])
+def test_delete_offsets_reports_a_group_error_as_kafka_does(code, message, line):
+    """ShareGroupCommand.deleteOffsets prints the message of the four group errors it expects and
+    "Encounter some unknown error: " with the exception's toString() for any other; every topic
+    then shows the error's message."""
+
+    class Admin:
+        def delete_share_group_offsets(self, group_id, topics):
+            return AdminError(code, message), {}
+
+    out, err = io.StringIO(), io.StringIO()
+    o = build_parser().parse_args([*B, "--delete-offsets", "--group", "g", "--topic", "t1"])
+    command = ShareGroupCommand(o, Admin(), out, err)
+    command.run()
+    assert command.failed and err.getvalue() == line + "\n"
+    assert out.getvalue() == f"\n{'TOPIC':<15} STATUS\n{'t1':<15} Error: {message}\n"

@@ -388,8 +388,12 @@ class ShareGroupCommand:
             # Kafka's DeleteShareGroupOffsetsResult fails every topic's result with the group's
             # error too: ShareGroupCommand.deleteOffsets prints the error, then the table.
             self.failed = True
-            if top.code not in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+            if top.code in (ErrorCode.INVALID_GROUP_ID, ErrorCode.GROUP_ID_NOT_FOUND,
+                            ErrorCode.GROUP_AUTHORIZATION_FAILED, ErrorCode.NON_EMPTY_GROUP):
                 self.err.write(f"Error: {top}\n")
+            elif top.code not in (ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                # any other error: Kafka prints the exception's toString()
+                self.err.write(f"Error: Encounter some unknown error: {top.java()}\n")
             by_topic = dict.fromkeys(topics, top)
         width = max([15, *(len(t) for t in topics)])
         self._row(f"{'TOPIC':<{width}} STATUS")

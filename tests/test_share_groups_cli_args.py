@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from broker.tools.reset_specs import SpecError, parse_datetime, parse_duration
 from broker.tools.share_admin import AdminError
-from broker.tools.share_groups import ShareGroupCommand, build_parser, main
+from broker.tools.share_groups import ShareGroupCommand, build_parser, jopt_args, main
 from protocol.errors import ErrorCode
 
 # A port nothing listens on: any attempt to connect fails differently from the expected message.
@@ -184,11 +184,40 @@ def test_delete_reports_each_failure_as_kafkas_exception():
         "Not authorized to access group: gone\n")
 
 
-def test_unparseable_values_and_unknown_options_are_usage_errors():
-    assert bad(*B, "--reset-offsets", "--group", "g", "--to-offset", "x", "--execute").startswith(
-        "argument --to-offset: invalid int value")
-    assert "unrecognized arguments: --frobnicate" in bad(*B, "--list", "--frobnicate")
-    assert "expected one argument" in bad(*B, "--describe", "--group")
+def test_unknown_options_and_missing_values_fail_with_joptsimples_messages():
+    """Kafka's options are parsed by joptsimple: its exception's message is the line printed."""
+    assert bad(*B, "--list", "--frobnicate") == "frobnicate is not a recognized option"
+    assert bad(*B, "--list", "--frobnicate=1") == "frobnicate is not a recognized option"
+    assert bad(*B, "--list", "-q") == "q is not a recognized option"
+    assert bad(*B, "--describe", "--group") == "Option group requires an argument"
+    assert bad("--bootstrap-server") == "Option bootstrap-server requires an argument"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--list", "--timeout", "abc"), "Cannot parse argument 'abc' of option timeout"),
+    (("--list", "--timeout", " 5"), "Cannot parse argument ' 5' of option timeout"),
+    (("--list", "--timeout", "9223372036854775808"),
+     "Cannot parse argument '9223372036854775808' of option timeout"),
+    (("--reset-offsets", "--group", "g", "--to-offset", "1_000", "--execute"),
+     "Cannot parse argument '1_000' of option to-offset"),
+    # converted when first read, after the checks of the command line
+    (("--reset-offsets", "--group", "g", "--to-offset", "x", "--to-latest", "--execute"),
+     'Option "[to-latest]" can\'t be used with option "[to-offset]"'),
+])
+def test_a_number_that_does_not_parse_is_reported_as_kafka_reads_it(args, message):
+    if not message.startswith("Option"):
+        message = f"Error: Executing share group command failed due to {message}"
+    assert bad(*B, *args) == message
+
+
+def test_words_that_are_not_options_are_ignored_and_values_may_look_like_options():
+    """joptsimple keeps a word that is not an option aside (Kafka's tool never reads it), and
+    an option that needs a value takes the next word even if it starts with "-"."""
+    assert bad(*B, "--list", "extra", "words").startswith(
+        "Error: Executing share group command failed due to cannot reach any bootstrap server")
+    o = build_parser().parse_args(jopt_args(build_parser(), [*B, "--describe", "--group", "-g1", "--state", "--",
+                                                             "--frobnicate"]))
+    assert (o.group, o.state, o.describe) == (["-g1"], None, True)
 
 
 def test_an_unreachable_broker_is_one_error_line():

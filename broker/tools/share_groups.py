@@ -24,6 +24,7 @@ stderr as one line each (Kafka prints some on stdout), and any failure exits wit
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from typing import TextIO
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     a("--describe", action="store_true", help="Describe share group, members and offset information.")
     a("--all-groups", action="store_true", help="Apply to all share groups.")
     a("--delete", action="store_true", help="Delete share group.")
-    a("--timeout", type=int, default=30000, metavar="<Long: timeout (ms)>",
+    a("--timeout", default="30000", metavar="<Long: timeout (ms)>",
       help="The timeout that can be set for some use cases. (default: 30000)")
     a("--command-config", metavar="<String: command config property file>",
       help="Property file containing configs to be passed to Admin Client.")
@@ -97,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
       help="Reset offsets to offset by duration from current timestamp. Format: 'PnDTnHnMnS'")
     a("--to-earliest", action="store_true", help="Reset offsets to earliest offset.")
     a("--to-latest", action="store_true", help="Reset offsets to latest offset.")
-    a("--to-offset", type=int, metavar="<Long: offset>", help="Reset offsets to a specific offset.")
+    a("--to-offset", metavar="<Long: offset>", help="Reset offsets to a specific offset.")
     a("--members", action="store_true",
       help="Describe members of the group. This option may be used with the '--describe' option only.")
     a("--offsets", action="store_true",
@@ -113,6 +114,57 @@ def build_parser() -> argparse.ArgumentParser:
     a("--help", action="store_true", help="Print usage information.")
     a("--version", action="store_true", help="Display the kshare version.")
     return p
+
+
+def jopt_args(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """The command line as joptsimple reads it, rewritten for argparse: an option that takes a
+    value takes the next word whatever it looks like (``--group -g1``), ``--state`` only a word
+    that is not an option, ``--`` ends the options, and a word that is not an option is
+    ignored. An unknown option or a missing value fails with joptsimple's message."""
+    takes = {}
+    for action in parser._actions:
+        for name in action.option_strings:
+            takes[name] = "optional" if action.nargs == "?" else None if action.nargs == 0 else "required"
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if word == "--":
+            break
+        if not word.startswith("-") or word == "-":
+            continue  # a non-option argument: Kafka's tool never reads them
+        body, eq, value = word.lstrip("-").partition("=")
+        option = "--" + body
+        if option not in takes:  # "-x" is a cluster of short options, none of which Kafka's tool has
+            name = body if word.startswith("--") or not body else body[0]
+            raise UsageError(f"{name} is not a recognized option")
+        if takes[option] == "required":
+            if not eq:
+                if i == len(argv):
+                    raise UsageError(f"Option {body} requires an argument")
+                value, i = argv[i], i + 1
+            out.append(f"{option}={value}")
+        elif takes[option] == "optional" and not eq and i < len(argv) and not argv[i].startswith("-"):
+            out.append(f"{option}={argv[i]}")
+            i += 1
+        else:
+            out.append(word if eq else option)
+    return out
+
+
+def convert_longs(o) -> None:
+    """--timeout and --to-offset as joptsimple converts them (Long.valueOf) when Kafka's tool
+    first reads them, after the checks of the command line."""
+    for dest in ("timeout", "to_offset"):
+        text = getattr(o, dest)
+        if text is None:
+            continue
+        value = int(text) if re.fullmatch(r"[+-]?\d+", text) else None
+        if value is None or not -2**63 <= value < 2**63:
+            raise CommandError(f"Executing share group command failed due to Cannot parse argument '{text}' "
+                               f"of option {dest.replace('_', '-')}")
+        setattr(o, dest, value)
 
 
 def _has(o, dest: str) -> bool:
@@ -544,17 +596,19 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     err = err or sys.stderr
     parser = build_parser()
     try:
-        o = parser.parse_args(argv)
+        given = sys.argv[1:] if argv is None else argv
+        o = parser.parse_args(jopt_args(parser, given))
         if o.help:
             parser.print_help(out)
             return 0
-        if not (sys.argv[1:] if argv is None else argv):  # Kafka prints the usage and fails
+        if not given:  # Kafka prints the usage and fails
             parser.print_help(err)
             return 1
         if o.version:
             out.write(_version() + "\n")
             return 0
         check_args(o)
+        convert_longs(o)
         _check_single_group(o)
         client_id = _client_id(o.command_config)
         with ShareAdmin(o.bootstrap_server, timeout_ms=o.timeout, client_id=client_id) as admin:

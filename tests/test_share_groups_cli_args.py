@@ -332,3 +332,16 @@ def test_delete_offsets_reports_a_group_error_as_kafka_does(code, message, line)
     command.run()
     assert command.failed and err.getvalue() == line + "\n"
     assert out.getvalue() == f"\n{'TOPIC':<15} STATUS\n{'t1':<15} Error: {message}\n"
+
+
+def test_a_command_config_that_cannot_be_read_fails_as_kafkas_loadprops(tmp_path):
+    """Utils.loadProps' IOException, wrapped in a RuntimeException by ShareGroupService's
+    constructor: printed with its Java class, and before a repeated --group is noticed."""
+    missing = tmp_path / "nope.properties"
+    prefix = "Error: Executing share group command failed due to "
+    not_found = f"{prefix}java.nio.file.NoSuchFileException: {missing}"
+    assert bad(*B, "--list", "--command-config", str(missing)) == not_found
+    assert bad(*B, "--list", "--command-config", str(tmp_path)) == f"{prefix}java.io.IOException: Is a directory"
+    assert bad(*B, "--delete-offsets", "--group", "a", "--group", "b", "--topic", "t",
+               "--command-config", str(missing)) == not_found
+    assert bad(*B, "--list", "--timeout", "x", "--command-config", str(missing)) == not_found

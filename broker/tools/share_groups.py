@@ -24,6 +24,7 @@ stderr as one line each (Kafka prints some on stdout), and any failure exits wit
 from __future__ import annotations
 
 import argparse
+import errno
 import re
 import sys
 import time
@@ -251,10 +252,19 @@ def _client_id(path: str | None) -> str:
     if path is None:
         return "kshare-share-groups"
     try:
-        with open(path) as f:
+        with open(path, encoding="latin-1") as f:  # java.util.Properties reads ISO 8859-1
             lines = f.read().splitlines()
     except OSError as e:
-        raise CommandError(f"Cannot read {path}: {e.strerror}") from None
+        # Kafka's Utils.loadProps fails in ShareGroupService's constructor, which wraps the
+        # IOException in a RuntimeException: its message is the exception's toString()
+        if e.errno == errno.EISDIR:  # Java opens a directory and fails to read it
+            cause = f"java.io.IOException: {e.strerror}"
+        elif e.errno in (errno.ENOENT, errno.EACCES):
+            name = "NoSuchFileException" if e.errno == errno.ENOENT else "AccessDeniedException"
+            cause = f"java.nio.file.{name}: {path}"
+        else:
+            cause = f"java.nio.file.FileSystemException: {path}: {e.strerror}"
+        raise CommandError(f"Executing share group command failed due to {cause}") from None
     for line in lines:
         key, sep, value = line.partition("=")
         if sep and key.strip() == "client.id":
@@ -608,9 +618,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
             out.write(_version() + "\n")
             return 0
         check_args(o)
+        # what ShareGroupService's constructor reads (the --command-config file, then --timeout)
+        # fails before what its actions read (the one --group of a reset or an offsets delete)
+        client_id = _client_id(o.command_config)
         convert_longs(o)
         _check_single_group(o)
-        client_id = _client_id(o.command_config)
         with ShareAdmin(o.bootstrap_server, timeout_ms=o.timeout, client_id=client_id) as admin:
             command = ShareGroupCommand(o, admin, out, err)
             command.run()

@@ -345,3 +345,38 @@ def test_a_command_config_that_cannot_be_read_fails_as_kafkas_loadprops(tmp_path
     assert bad(*B, "--delete-offsets", "--group", "a", "--group", "b", "--topic", "t",
                "--command-config", str(missing)) == not_found
     assert bad(*B, "--list", "--timeout", "x", "--command-config", str(missing)) == not_found
+
+
+def test_list_prints_the_groups_in_the_order_listgroups_answers():
+    """Kafka's tool prints ListGroupsResult as the brokers answered, without sorting."""
+    from broker.tools.share_admin import ShareAdmin
+    from protocol.messages.list_groups_response import ListGroupsResponse, ListedGroup
+
+    class Conn:
+        def version(self, api_key):
+            return 5
+
+        def send(self, request, version):
+            return ListGroupsResponse(groups=[ListedGroup(group_id=g, protocol_type="share", group_state="Empty",
+                                                          group_type="Share") for g in ("zz", "aa", "mm")])
+
+    class Client:
+        def metadata(self, topics):
+            class Broker:
+                node_id = 1
+
+            class Metadata:
+                brokers = [Broker()]
+            return Metadata()
+
+        def node(self, node_id):
+            return Conn()
+
+    admin = ShareAdmin.__new__(ShareAdmin)
+    admin.client, admin.timeout_s = Client(), 1.0
+    out, err = io.StringIO(), io.StringIO()
+    ShareGroupCommand(build_parser().parse_args([*B, "--list"]), admin, out, err).run()
+    assert out.getvalue() == "zz\naa\nmm\n"
+    out = io.StringIO()
+    ShareGroupCommand(build_parser().parse_args([*B, "--list", "--state"]), admin, out, err).run()
+    assert out.getvalue() == f"{'GROUP':<15} STATE\n{'zz':<15} Empty\n{'aa':<15} Empty\n{'mm':<15} Empty\n"

@@ -187,7 +187,7 @@ class ShareAdmin:
                 if v >= 5 and g.group_type.lower() != SHARE or v < 5 and g.protocol_type != SHARE:
                     continue
                 found[g.group_id] = g.group_state if v >= 4 else "Unknown"
-        return sorted(found.items())
+        return list(found.items())  # in the order of the answers, as Kafka's ListGroupsResult
 
     def describe_share_group(self, group_id: str):
         """The ShareGroupDescribe result for one group; raises AdminError for its error."""

@@ -380,3 +380,15 @@ def test_list_prints_the_groups_in_the_order_listgroups_answers():
     out = io.StringIO()
     ShareGroupCommand(build_parser().parse_args([*B, "--list", "--state"]), admin, out, err).run()
     assert out.getvalue() == f"{'GROUP':<15} STATE\n{'zz':<15} Empty\n{'aa':<15} Empty\n{'mm':<15} Empty\n"
+
+
+def test_state_lists_split_and_trim_as_java_does():
+    from broker.tools.share_groups import parse_states
+    assert parse_states("Stable,") == ["Stable"]  # String.split drops trailing empty parts
+    assert parse_states(",,") == []  # ... all of them: no filter
+    assert parse_states("\tempty , DEAD\x1f") == ["Empty", "Dead"]
+    assert parse_states("\u017ftable") == ["Stable"]  # "ſ".toUpperCase() is "S"
+    with pytest.raises(Exception, match="Invalid state list ',Stable'"):
+        parse_states(",Stable")
+    with pytest.raises(Exception, match="Invalid state list 'Stable\\u00a0'"):
+        parse_states("Stable\u00a0")  # trim() leaves a no-break space

@@ -42,6 +42,7 @@ SHARE_STATES = (DEAD, EMPTY, STABLE)
 ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
 SCENARIOS = ("to_datetime", "by_duration", "to_earliest", "to_latest", "to_offset")
 _NOT_GIVEN = object()
+_JAVA_TRIM = "".join(map(chr, range(33)))  # what String.trim() removes
 
 
 class UsageError(Exception):
@@ -237,11 +238,12 @@ def _check_single_group(o) -> None:
 
 
 def parse_states(text: str) -> list[str]:
-    """Kafka's ``groupStatesFromString`` for share groups (case-insensitive names)."""
-    by_lower = {s.lower(): s for s in SHARE_STATES}
+    """Kafka's ``groupStatesFromString`` for share groups: Java's split (trailing empty parts
+    dropped), trim and ``GroupState.parse`` (upper-cased names)."""
+    by_upper = {s.upper(): s for s in SHARE_STATES}
     states = []
-    for part in text.split(","):
-        state = by_lower.get(part.strip().lower())
+    for part in java_split(text, ","):
+        state = by_upper.get(part.strip(_JAVA_TRIM).upper())
         if state is None:
             raise UsageError(f"Invalid state list '{text}'. Valid states are: {', '.join(SHARE_STATES)}")
         states.append(state)

@@ -392,3 +392,10 @@ def test_state_lists_split_and_trim_as_java_does():
         parse_states(",Stable")
     with pytest.raises(Exception, match="Invalid state list 'Stable\\u00a0'"):
         parse_states("Stable\u00a0")  # trim() leaves a no-break space
+
+
+@pytest.mark.parametrize("piece", [" 1", "1_0", "2147483648", "x"])
+def test_a_partition_that_integer_parseint_refuses(monkeypatch, piece):
+    monkeypatch.setattr("broker.tools.share_groups.ShareAdmin", EmptyGroupAdmin)
+    assert bad(*B, "--reset-offsets", "--group", "g", "--topic", f"t:0,{piece}", "--to-earliest", "--dry-run") == (
+        f"Invalid partition '{piece}' specified in topic arg 't:0,{piece}''")

@@ -155,6 +155,13 @@ def jopt_args(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     return out
 
 
+def java_integer(text: str, bits: int) -> int | None:
+    """``Integer.parseInt`` (32 bits) / ``Long.parseLong`` (64): a sign and decimal digits, in
+    range; None where Java throws NumberFormatException (spaces, underscores, overflow)."""
+    value = int(text) if re.fullmatch(r"[+-]?\d+", text) else None
+    return value if value is not None and -2 ** (bits - 1) <= value < 2 ** (bits - 1) else None
+
+
 def convert_longs(o) -> None:
     """--timeout and --to-offset as joptsimple converts them (Long.valueOf) when Kafka's tool
     first reads them, after the checks of the command line."""
@@ -162,8 +169,8 @@ def convert_longs(o) -> None:
         text = getattr(o, dest)
         if text is None:
             continue
-        value = int(text) if re.fullmatch(r"[+-]?\d+", text) else None
-        if value is None or not -2**63 <= value < 2**63:
+        value = java_integer(text, 64)
+        if value is None:
             raise CommandError(f"Executing share group command failed due to Cannot parse argument '{text}' "
                                f"of option {dest.replace('_', '-')}")
         setattr(o, dest, value)
@@ -521,10 +528,10 @@ class ShareGroupCommand:
                 raise UsageError(f"Invalid topic arg '{arg}', expected topic name and partitions")
             topic, text = parts
             for piece in java_split(text, ","):
-                try:
-                    explicit.append((topic, int(piece)))
-                except ValueError:
-                    raise UsageError(f"Invalid partition '{piece}' specified in topic arg '{arg}''") from None
+                partition = java_integer(piece, 32)
+                if partition is None:
+                    raise UsageError(f"Invalid partition '{piece}' specified in topic arg '{arg}''")
+                explicit.append((topic, partition))
         # Kafka describes the named topics first (its error is printed as is), then checks the
         # explicit partitions' topics in a helper that wraps the ExecutionException it gets
         layout = self.admin.topic_partitions(named) if named else {}

@@ -399,3 +399,31 @@ def test_a_partition_that_integer_parseint_refuses(monkeypatch, piece):
     monkeypatch.setattr("broker.tools.share_groups.ShareAdmin", EmptyGroupAdmin)
     assert bad(*B, "--reset-offsets", "--group", "g", "--topic", f"t:0,{piece}", "--to-earliest", "--dry-run") == (
         f"Invalid partition '{piece}' specified in topic arg 't:0,{piece}''")
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--list", "--bootstrap-server", "h:1"), "Error: Executing share group command failed due to " + (
+        "Found multiple arguments for option bootstrap-server, but you asked for only one")),
+    (("--list", "--timeout", "5", "--timeout", "6"), "Error: Executing share group command failed due to " + (
+        "Found multiple arguments for option timeout, but you asked for only one")),
+    (("--list", "--timeout", "5", "--timeout", "x"), "Error: Executing share group command failed due to " + (
+        "Cannot parse argument 'x' of option timeout")),  # every value is converted first
+    (("--list", "--command-config", "a", "--command-config", "b"), "Error: Executing share group command failed "
+     "due to Found multiple arguments for option command-config, but you asked for only one"),
+    (("--describe", "--group", "g", "--state", "Stable", "--state", "Empty"),
+     "Found multiple arguments for option state, but you asked for only one"),  # valueOf in checkArgs
+])
+def test_an_option_read_with_valueof_refuses_a_second_value(args, message):
+    assert bad(*B, *args) == message
+
+
+def test_list_state_read_with_valueof_and_the_first_to_datetime_wins(monkeypatch):
+    monkeypatch.setattr("broker.tools.share_groups.ShareAdmin", EmptyGroupAdmin)
+    assert bad(*B, "--list", "--state", "Stable", "--state", "Empty") == (
+        "Error: Executing share group command failed due to "
+        "Found multiple arguments for option state, but you asked for only one")
+    # OffsetsUtils.resetToDateTime parses the first value: the second one is never looked at
+    assert bad(*B, "--reset-offsets", "--group", "g", "--to-datetime", "bad", "--to-datetime",
+               "2020-01-01T00:00:00.000", "--execute") == (
+        "Error: Executing share group command failed due to java.text.ParseException: Error parsing timestamp. "
+        "It does not contain a 'T' according to ISO8601 format")

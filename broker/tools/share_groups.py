@@ -162,18 +162,45 @@ def java_integer(text: str, bits: int) -> int | None:
     return value if value is not None and -2 ** (bits - 1) <= value < 2 ** (bits - 1) else None
 
 
+def values_given(words: list[str]) -> dict[str, list[str]]:
+    """Every value given to each option (of ``jopt_args``' words), in order."""
+    given: dict[str, list[str]] = {}
+    for word in words:
+        name, eq, value = word[2:].partition("=")
+        if eq:
+            given.setdefault(name, []).append(value)
+    return given
+
+
+def _multiple(name: str) -> str:
+    """joptsimple's ``valueOf`` of an option given more than one value."""
+    return f"Found multiple arguments for option {name}, but you asked for only one"
+
+
+def single_value(o, name: str) -> None:
+    """Kafka's tool reads ``name`` with ``valueOf``: a repeated value fails (as a Throwable)."""
+    if len(getattr(o, "given", {}).get(name, ())) > 1:
+        raise CommandError(f"Executing share group command failed due to {_multiple(name)}")
+
+
 def convert_longs(o) -> None:
-    """--timeout and --to-offset as joptsimple converts them (Long.valueOf) when Kafka's tool
-    first reads them, after the checks of the command line."""
+    """--timeout and --to-offset as joptsimple converts them (Long.valueOf, every value given)
+    when Kafka's tool first reads them, after the checks of the command line; --timeout is
+    read with valueOf, --to-offset's first value is used."""
     for dest in ("timeout", "to_offset"):
-        text = getattr(o, dest)
-        if text is None:
-            continue
-        value = java_integer(text, 64)
-        if value is None:
-            raise CommandError(f"Executing share group command failed due to Cannot parse argument '{text}' "
-                               f"of option {dest.replace('_', '-')}")
-        setattr(o, dest, value)
+        name = dest.replace("_", "-")
+        texts = getattr(o, "given", {}).get(name) or ([] if getattr(o, dest) is None else [getattr(o, dest)])
+        values = []
+        for text in texts:
+            value = java_integer(str(text), 64)
+            if value is None:
+                raise CommandError(f"Executing share group command failed due to Cannot parse argument '{text}' "
+                                   f"of option {name}")
+            values.append(value)
+        if dest == "timeout":
+            single_value(o, name)
+        if values:
+            setattr(o, dest, values[0])
 
 
 def _has(o, dest: str) -> bool:
@@ -198,6 +225,8 @@ def check_args(o) -> None:
         if sum(_has(o, d) for d in ("members", "offsets", "state")) > 1:
             raise UsageError(f"Option {_opt('describe')} takes at most one of these options: "
                              f"{_opt('members')}, {_opt('offsets')}, {_opt('state')}")
+        if len(getattr(o, "given", {}).get("state", ())) > 1:  # valueOf in checkArgs
+            raise UsageError(_multiple("state"))
         if _has(o, "state") and o.state is not None:
             raise UsageError(f"Option {_opt('describe')} does not take a value for {_opt('state')}")
     if o.delete:
@@ -312,6 +341,7 @@ class ShareGroupCommand:
             for group_id, _ in self.admin.list_share_groups():
                 self.p(group_id)
             return
+        single_value(self.o, "state")
         states = parse_states(self.o.state) if self.o.state else []
         groups = self.admin.list_share_groups(states)
         width = max([15, *(len(g) for g, _ in groups)])
@@ -509,6 +539,7 @@ class ShareGroupCommand:
             if self.o.to_datetime is not None:
                 return parse_datetime(self.o.to_datetime)
             if self.o.by_duration is not None:
+                single_value(self.o, "by-duration")  # kafka-consumer-groups.sh reads it with valueOf
                 return int(time.time() * 1000) - parse_duration(self.o.by_duration)
         except SpecError as e:  # Kafka wraps the ParseException in a RuntimeException
             cause = "java.text.ParseException: " if self.o.to_datetime is not None else ""
@@ -616,7 +647,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
     parser = build_parser()
     try:
         given = sys.argv[1:] if argv is None else argv
-        o = parser.parse_args(jopt_args(parser, given))
+        words = jopt_args(parser, given)
+        o = parser.parse_args(words)
+        o.given = values_given(words)
+        if o.to_datetime is not None:  # Kafka resets to the first --to-datetime given
+            o.to_datetime = o.given["to-datetime"][0]
         if o.help:
             parser.print_help(out)
             return 0
@@ -629,7 +664,9 @@ def main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO |
         check_args(o)
         # what ShareGroupService's constructor reads (the --command-config file, then --timeout)
         # fails before what its actions read (the one --group of a reset or an offsets delete)
+        single_value(o, "command-config")
         client_id = _client_id(o.command_config)
+        single_value(o, "bootstrap-server")
         convert_longs(o)
         _check_single_group(o)
         with ShareAdmin(o.bootstrap_server, timeout_ms=o.timeout, client_id=client_id) as admin:

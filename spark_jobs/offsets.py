@@ -18,7 +18,8 @@ import json
 import math
 from typing import NamedTuple
 
-__all__ = ["EARLIEST", "LATEST", "OffsetRange", "parse_offsets", "resolve_offsets", "split_ranges"]
+__all__ = ["EARLIEST", "LATEST", "OffsetRange", "Timestamps", "parse_offsets", "parse_timestamps", "check_assigned",
+           "resolve_offsets", "split_ranges"]
 
 EARLIEST = -2
 LATEST = -1
@@ -35,6 +36,44 @@ class OffsetRange(NamedTuple):
     @property
     def size(self) -> int:
         return max(0, self.end - self.start)
+
+
+class Timestamps(NamedTuple):
+    """Offsets given as timestamps: one for every partition (``startingTimestamp``) or per
+    partition as ``{topic: {partition: timestamp}}`` (``startingOffsetsByTimestamp``)."""
+
+    value: int | dict[str, dict[int, int]]
+
+
+def parse_timestamps(options: dict, prefix: str) -> Timestamps | None:
+    """Spark's ``<prefix>Timestamp`` (preferred) or ``<prefix>OffsetsByTimestamp`` from the
+    lower-cased ``options``; None when neither is set."""
+    if f"{prefix}timestamp" in options:
+        text = str(options[f"{prefix}timestamp"]).strip()
+        try:
+            return Timestamps(int(text))
+        except ValueError:
+            raise ValueError(f"Expected a single long value, got {text}") from None
+    if f"{prefix}offsetsbytimestamp" in options:
+        text = str(options[f"{prefix}offsetsbytimestamp"]).strip()
+        spec = parse_offsets(text, EARLIEST) if text.startswith("{") else None
+        if not isinstance(spec, dict):
+            raise ValueError(f'Expected e.g. {{"topicA": {{"0": 123456789, "1": 123456789}}}}, got {text}')
+        return Timestamps(spec)
+    return None
+
+
+def check_assigned(spec, assigned: set[tuple[str, int]], what: str) -> None:
+    """Per-partition JSON must name exactly the partitions read (Spark's
+    ``KafkaOffsetReaderAdmin.fetchPartitionOffsets``)."""
+    if isinstance(spec, Timestamps):
+        spec = spec.value
+    if not isinstance(spec, dict):
+        return
+    given = {(t, p) for t, parts in spec.items() for p in parts}
+    if given != assigned:
+        raise ValueError(f"{what} must specify all TopicPartitions (use -1 for latest, -2 for earliest). "
+                         f"Specified: {sorted(given)} Assigned: {sorted(assigned)}")
 
 
 def parse_offsets(text: str | None, default: int) -> int | dict[str, dict[int, int]]:

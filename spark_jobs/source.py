@@ -1,8 +1,8 @@
 """PySpark 4 Python data sources that read topics over the Kafka protocol.
 
 ``kshare-kafka`` yields Kafka records with the columns of Spark's own Kafka source (key, value,
-topic, partition, offset, timestamp, timestampType, headers). ``kshare-share-state`` reads
-``__share_group_state`` (or a copy of it) and yields its records decoded into typed rows
+topic, partition, offset, timestamp, timestampType, and headers with ``includeHeaders=true``).
+``kshare-share-state`` reads ``__share_group_state`` (or a copy of it) and yields its records decoded into typed rows
 (``state_rows.STATE_SCHEMA``). Both plan the same way::
 
     spark.read.format("kshare-kafka")
@@ -17,7 +17,9 @@ resolves the options (``offsets.resolve_offsets``) and makes one input partition
 topic-partition range, split when it holds more than ``maxOffsetsPerSplit`` offsets
 (default 1,000,000) or when ``minPartitions`` asks for more. Each task fetches its range from the
 partition's leader and hands Spark Arrow record batches. Other options: ``failOnDataLoss``
-(default true), ``fetchMaxBytes`` (default 8 MiB per Fetch), ``batchRows`` (rows per Arrow batch).
+(default true), ``startingTimestamp`` / ``endingTimestamp`` / ``startingOffsetsByTimestamp`` /
+``endingOffsetsByTimestamp`` (with ``startingOffsetsByTimestampStrategy``) as in Spark,
+``fetchMaxBytes`` (default 8 MiB per Fetch), ``batchRows`` (rows per Arrow batch).
 
 ``kshare-share-state`` decodes the fetched batches column-wise (``StateRowBuilder.add_raw``):
 numpy reads the records' framing and the values' fixed layout, Python only walks the batches.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import to_arrow_schema
@@ -44,13 +47,23 @@ from pyspark.sql.types import (
 from protocol.coordinator_serde import SHARE_GROUP_STATE_TOPIC
 
 from .kafka_io import Cluster
-from .offsets import EARLIEST, LATEST, OffsetRange, parse_offsets, resolve_offsets, split_ranges
+from .offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetRange,
+    Timestamps,
+    check_assigned,
+    parse_offsets,
+    parse_timestamps,
+    resolve_offsets,
+    split_ranges,
+)
 from .state_rows import STATE_SCHEMA, StateRowBuilder
 
 __all__ = ["KafkaSource", "ShareStateSource", "KAFKA_SCHEMA", "RangePartition", "register", "plan_ranges",
            "read_state_range", "source_options"]
 
-KAFKA_SCHEMA = StructType([
+KAFKA_SCHEMA = StructType([  # with includeHeaders=true; without it, no headers column (as in Spark)
     StructField("key", BinaryType()),
     StructField("value", BinaryType()),
     StructField("topic", StringType()),
@@ -63,7 +76,9 @@ KAFKA_SCHEMA = StructType([
         StructField("value", BinaryType()),
     ]))),
 ])
+_KAFKA_SCHEMA_NO_HEADERS = StructType(KAFKA_SCHEMA.fields[:-1])
 _KAFKA_ARROW_SCHEMA = to_arrow_schema(KAFKA_SCHEMA, timezone="UTC")
+_KAFKA_ARROW_SCHEMA_NO_HEADERS = to_arrow_schema(_KAFKA_SCHEMA_NO_HEADERS, timezone="UTC")
 
 DEFAULT_MAX_OFFSETS_PER_SPLIT = 1_000_000
 DEFAULT_FETCH_MAX_BYTES = 8 << 20
@@ -89,14 +104,60 @@ class _Options:
         topics = opts.get("subscribe") or opts.get("topic") or default_topic
         if not topics:
             raise ValueError("option subscribe (or topic) is required")
-        self.topics = [t.strip() for t in topics.split(",") if t.strip()]
-        self.starting = parse_offsets(opts.get("startingoffsets"), EARLIEST)
-        self.ending = parse_offsets(opts.get("endingoffsets"), LATEST)
-        self.fail_on_data_loss = str(opts.get("failondataloss", "true")).lower() != "false"
+        # Each topic once, as Spark's SubscribeStrategy reads a set of topic-partitions.
+        self.topics = list(dict.fromkeys(t.strip() for t in topics.split(",") if t.strip()))
+        if not self.topics:
+            raise ValueError(f"No topics to subscribe to as specified value for option 'subscribe' is '{topics}'")
+        # As Spark's getKafkaOffsetRangeLimit: a timestamp, then timestamps per partition, then offsets.
+        self.starting = parse_timestamps(opts, "starting") or parse_offsets(opts.get("startingoffsets"), EARLIEST)
+        self.ending = parse_timestamps(opts, "ending") or parse_offsets(opts.get("endingoffsets"), LATEST)
+        strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).upper()
+        if strategy not in ("ERROR", "LATEST"):
+            raise ValueError(f"startingOffsetsByTimestampStrategy must be error or latest, got {strategy.lower()}")
+        self.no_match_latest = strategy == "LATEST"
+        self.include_headers = _boolean(opts, "includeheaders", False)
+        self.fail_on_data_loss = _boolean(opts, "failondataloss", True)
         self.max_offsets_per_split = int(opts.get("maxoffsetspersplit", DEFAULT_MAX_OFFSETS_PER_SPLIT))
-        self.min_partitions = int(opts["minpartitions"]) if opts.get("minpartitions") else None
+        self.min_partitions = int(opts["minpartitions"]) if "minpartitions" in opts else None
+        if self.min_partitions is not None and self.min_partitions <= 0:
+            raise ValueError("minPartitions must be positive")
+        _check_kafka_options(opts)
         self.fetch_max_bytes = int(opts.get("fetchmaxbytes", DEFAULT_FETCH_MAX_BYTES))
         self.batch_rows = int(opts.get("batchrows", DEFAULT_BATCH_ROWS))
+
+
+_UNSUPPORTED_KAFKA_OPTIONS = {
+    # KafkaSourceProvider.validateGeneralOptions
+    "auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported. Instead set the source option "
+                         "'startingoffsets' to 'earliest' or 'latest' to specify where to start.",
+    "key.deserializer": "Kafka option 'key.deserializer' is not supported as keys are deserialized as byte arrays "
+                        "with ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize the keys.",
+    "value.deserializer": "Kafka option 'value.deserializer' is not supported as values are deserialized as byte "
+                          "arrays with ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize "
+                          "the values.",
+    "enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported",
+    "interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
+}
+
+
+def _check_kafka_options(opts: dict) -> None:
+    """The ``kafka.*`` options Spark's Kafka source refuses, refused alike; and read_committed,
+    which Spark honours but this source (reading up to the high watermark, aborted records
+    included) does not, refused rather than ignored."""
+    for name, message in _UNSUPPORTED_KAFKA_OPTIONS.items():
+        if f"kafka.{name}" in opts:
+            raise ValueError(message)
+    level = str(opts.get("kafka.isolation.level", "read_uncommitted")).strip().lower()
+    if level != "read_uncommitted":
+        raise ValueError(f"kafka.isolation.level {level!r} is not supported: this source reads read_uncommitted")
+
+
+def _boolean(opts: dict, key: str, default: bool) -> bool:
+    """A boolean option as Scala's ``toBoolean`` reads it (true / false in any case)."""
+    value = str(opts.get(key, default)).strip().lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"option {key} must be true or false, got {opts[key]!r}")
+    return value == "true"
 
 
 def source_options(options: dict, default_topic: str | None = SHARE_GROUP_STATE_TOPIC) -> _Options:
@@ -108,16 +169,42 @@ def plan_ranges(opts: _Options) -> list[OffsetRange]:
     """The offset ranges of a read, split into input partitions (asks the brokers)."""
     ranges = []
     with Cluster(opts.bootstrap) as cluster:
-        for topic in opts.topics:
-            earliest, latest = cluster.offset_bounds(topic)
-            start = resolve_offsets(opts.starting, topic, earliest, latest, ending=False,
+        bounds = {topic: cluster.offset_bounds(topic) for topic in opts.topics}
+        assigned = {(t, p) for t, (_, latest) in bounds.items() for p in latest}
+        check_assigned(opts.starting, assigned, "startingOffsets")
+        check_assigned(opts.ending, assigned, "endingOffsets")
+        starting = _by_timestamp(cluster, opts.starting, bounds, ending=False, no_match_latest=opts.no_match_latest)
+        ending = _by_timestamp(cluster, opts.ending, bounds, ending=True, no_match_latest=True)
+        for topic, (earliest, latest) in bounds.items():
+            start = resolve_offsets(starting, topic, earliest, latest, ending=False,
                                     fail_on_data_loss=opts.fail_on_data_loss)
-            end = resolve_offsets(opts.ending, topic, earliest, latest, ending=True)
+            end = resolve_offsets(ending, topic, earliest, latest, ending=True)
             for p in sorted(latest):
                 if start[p] > end[p]:
                     raise ValueError(f"{topic}-{p}: starting offset {start[p]} is after ending offset {end[p]}")
                 ranges.append(OffsetRange(topic, p, start[p], end[p]))
     return split_ranges(ranges, opts.max_offsets_per_split, opts.min_partitions)
+
+
+def _by_timestamp(cluster: Cluster, spec, bounds: dict, *, ending: bool, no_match_latest: bool):
+    """``spec`` with timestamps turned into offsets (ListOffsets by timestamp); a timestamp after
+    every record gives the log end offset, or for a start without ``no_match_latest`` an error
+    (Spark's ``KafkaOffsetReaderAdmin.readTimestampOffsets``)."""
+    if not isinstance(spec, Timestamps):
+        return spec
+    if isinstance(spec.value, dict):
+        wanted = {(t, p): ts for t, parts in spec.value.items() for p, ts in parts.items()}
+    else:
+        wanted = {(t, p): spec.value for t, (_, latest) in bounds.items() for p in latest}
+    out: dict[str, dict[int, int]] = {}
+    for (t, p), offset in cluster.list_offsets(wanted).items():
+        if offset == -1:
+            if not ending and not no_match_latest:
+                raise ValueError(f"No offset matched from request of topic-partition {t}-{p} "
+                                 f"and timestamp {wanted[(t, p)]}.")
+            offset = bounds[t][1][p]
+        out.setdefault(t, {})[p] = offset
+    return out
 
 
 class _Reader(DataSourceReader):
@@ -139,7 +226,7 @@ class _Reader(DataSourceReader):
 
 class _KafkaReader(_Reader):
     def read(self, partition) -> Iterator[pa.RecordBatch]:
-        cols = _KafkaColumns()
+        cols = _KafkaColumns(self.opts.include_headers)
         for header, records in self._records(partition):
             cols.add(partition.range.topic, partition.range.partition, header, records)
             if cols.n >= self.opts.batch_rows:
@@ -185,7 +272,8 @@ class KafkaSource(DataSource):
         return "kshare-kafka"
 
     def schema(self) -> StructType:
-        return KAFKA_SCHEMA
+        include = _boolean({str(k).lower(): v for k, v in dict(self.options).items()}, "includeheaders", False)
+        return KAFKA_SCHEMA if include else _KAFKA_SCHEMA_NO_HEADERS
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _KafkaReader(_Options(self.options, None))
@@ -207,9 +295,12 @@ class ShareStateSource(DataSource):
 
 
 class _KafkaColumns:
-    """Kafka records as the columns of ``KAFKA_SCHEMA``."""
+    """Kafka records as the columns of ``KAFKA_SCHEMA`` (without headers unless
+    ``include_headers``; a record without headers has null ones, as in Spark's
+    ``KafkaRecordToRowConverter``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, include_headers: bool = True) -> None:
+        self.include_headers = include_headers
         self._reset()
 
     def _reset(self) -> None:
@@ -245,19 +336,23 @@ class _KafkaColumns:
 
     def take(self) -> pa.RecordBatch:
         s = _KAFKA_ARROW_SCHEMA
-        headers_type = s.field("headers").type
-        entry = headers_type.value_type
-        headers = pa.ListArray.from_arrays(
-            pa.array(self.header_offsets, pa.int32()),
-            pa.StructArray.from_arrays([pa.array(self.header_keys, entry[0].type),
-                                        pa.array(self.header_values, entry[1].type)], fields=list(entry)),
-            type=headers_type)
         arrays = [
             pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
             pa.array(self.topics, pa.string()), pa.array(self.partitions, pa.int32()),
             pa.array(self.offsets, pa.int64()), pa.array(self.timestamps, s.field("timestamp").type),
-            pa.array(self.timestamp_types, pa.int32()), headers,
+            pa.array(self.timestamp_types, pa.int32()),
         ]
+        if self.include_headers:
+            headers_type = s.field("headers").type
+            entry = headers_type.value_type
+            ho = np.array(self.header_offsets, np.int32)
+            arrays.append(pa.ListArray.from_arrays(
+                pa.array(ho), pa.StructArray.from_arrays([pa.array(self.header_keys, entry[0].type),
+                                                          pa.array(self.header_values, entry[1].type)],
+                                                         fields=list(entry)),
+                type=headers_type, mask=pa.array(ho[1:] == ho[:-1])))
+        else:
+            s = _KAFKA_ARROW_SCHEMA_NO_HEADERS
         self._reset()
         return pa.RecordBatch.from_arrays(arrays, schema=s)
 

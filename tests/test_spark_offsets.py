@@ -80,3 +80,25 @@ def test_splits_cover_each_range_exactly_once_in_order(ranges, max_per_split, mi
     total = sum(r.size for r in ranges)
     if min_partitions:
         assert len(out) >= min(min_partitions, total)
+
+
+def test_options_refused_as_sparks_kafka_source():
+    """KafkaSourceProvider.validateGeneralOptions: these options fail the read rather than being
+    ignored (read_committed, which Spark honours, is refused: this source reads uncommitted)."""
+    from spark_jobs.source import source_options
+
+    base = {"kafka.bootstrap.servers": "h:1", "subscribe": "t"}
+    assert source_options({**base, "failOnDataLoss": "FALSE", "minPartitions": "3"}).min_partitions == 3
+    for extra, message in [({"minPartitions": "0"}, "minPartitions must be positive"),
+                           ({"failOnDataLoss": "no"}, "failondataloss must be true or false"),
+                           ({"includeHeaders": "yes"}, "includeheaders must be true or false"),
+                           ({"kafka.auto.offset.reset": "earliest"}, "'auto.offset.reset' is not supported"),
+                           ({"kafka.value.deserializer": "x"}, "'value.deserializer' is not supported"),
+                           ({"kafka.enable.auto.commit": "true"}, "'enable.auto.commit' is not supported"),
+                           ({"kafka.isolation.level": "read_committed"}, "read_committed' is not supported"),
+                           ({"subscribe": " , "}, "No topics to subscribe"),
+                           ({"startingTimestamp": "soon"}, "Expected a single long value, got soon"),
+                           ({"startingOffsetsByTimestampStrategy": "earliest"}, "must be error or latest")]:
+        with pytest.raises(ValueError, match=message):
+            source_options({**base, **extra})
+    assert source_options({**base, "subscribe": "t, u,t"}).topics == ["t", "u"]

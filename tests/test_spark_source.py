@@ -68,30 +68,62 @@ def loaded(broker):
 
 def test_reads_every_record_once_across_codecs_and_split_ranges(spark, broker, loaded):  # noqa: F811
     topic, expected = loaded
-    df = read(spark, broker.bootstrap, topic, maxOffsetsPerSplit="7")
+    df = read(spark, broker.bootstrap, topic, maxOffsetsPerSplit="7", includeHeaders="true")
     assert df.rdd.getNumPartitions() == 9  # 20 offsets per partition in pieces of at most 7
     rows = df.collect()
     got = {}
     for r in rows:
         assert r["topic"] == topic and r["timestampType"] == 0
         got[(r["partition"], r["offset"])] = (
-            r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"]],
+            r["key"], r["value"], [(h["key"], h["value"]) for h in r["headers"] or []],
             int(r["timestamp"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000))
     assert len(rows) == len(got) == 60
+    # Spark's KafkaRecordToRowConverter: a record without headers has null headers, not [].
+    assert all((r["headers"] is None) == (not expected[(r["partition"], r["offset"])][2]) for r in rows)
     assert got == {k: (key, value, headers, ts) for k, (key, value, headers, ts) in expected.items()}
 
 
 def test_starting_and_ending_offsets_like_sparks_kafka_source(spark, broker, loaded):  # noqa: F811
     topic, _ = loaded
-    df = read(spark, broker.bootstrap, topic, startingOffsets=json.dumps({topic: {"0": 5, "2": -2}}),
-              endingOffsets=json.dumps({topic: {"0": 9, "1": 3}}), minPartitions="4")
+    df = read(spark, broker.bootstrap, topic, startingOffsets=json.dumps({topic: {"0": 5, "1": -2, "2": -2}}),
+              endingOffsets=json.dumps({topic: {"0": 9, "1": 3, "2": -1}}), minPartitions="4")
     assert df.rdd.getNumPartitions() >= 4
     got = sorted((r["partition"], r["offset"]) for r in df.select("partition", "offset").collect())
     assert got == [(0, o) for o in range(5, 9)] + [(1, o) for o in range(3)] + [(2, o) for o in range(20)]
     with pytest.raises(Exception, match="cannot be latest"):
         read(spark, broker.bootstrap, topic, startingOffsets="latest").count()
     with pytest.raises(Exception, match="past its log end"):
-        read(spark, broker.bootstrap, topic, endingOffsets=json.dumps({topic: {"1": 999}})).count()
+        read(spark, broker.bootstrap, topic, endingOffsets=json.dumps({topic: {"0": -1, "1": 999, "2": -1}})).count()
+
+
+def test_options_as_sparks_kafka_source(spark, broker, loaded):  # noqa: F811
+    """KafkaSourceProvider / KafkaOffsetReaderAdmin: no headers column without includeHeaders,
+    a topic named twice read once, per-partition JSON naming every partition, and offsets by
+    timestamp (global or per partition, with startingOffsetsByTimestampStrategy)."""
+    topic, expected = loaded
+    t0 = min(ts for *_, ts in expected.values())
+    assert "headers" not in read(spark, broker.bootstrap, topic).columns
+    assert read(spark, broker.bootstrap, f"{topic}, {topic}").count() == 60
+    with pytest.raises(Exception, match="No topics to subscribe"):
+        read(spark, broker.bootstrap, " , ").count()
+    for partial in ({topic: {"0": 5}}, {topic: {"0": 0, "1": 0, "2": 0}, "other": {"0": 0}}):
+        with pytest.raises(Exception, match="must specify all TopicPartitions"):
+            read(spark, broker.bootstrap, topic, startingOffsets=json.dumps(partial)).count()
+
+    def offsets(**options):
+        return sorted((r["partition"], r["offset"]) for r in read(spark, broker.bootstrap, topic, **options)
+                      .select("partition", "offset").collect())
+
+    # Record n of each partition has timestamp t0 + n.
+    assert offsets(startingTimestamp=str(t0 + 15), endingTimestamp=str(t0 + 18)) == \
+        [(p, o) for p in range(3) for o in range(15, 18)]
+    assert offsets(startingOffsetsByTimestamp=json.dumps({topic: {"0": t0 + 19, "1": t0, "2": t0 + 10**9}}),
+                   startingOffsetsByTimestampStrategy="latest",
+                   endingOffsetsByTimestamp=json.dumps({topic: {"0": t0 + 10**9, "1": t0 + 2, "2": t0 + 10**9}})) == \
+        [(0, 19), (1, 0), (1, 1)]
+    assert offsets(endingTimestamp=str(t0 + 10**9)) == [(p, o) for p in range(3) for o in range(20)]
+    with pytest.raises(Exception, match="No offset matched"):
+        offsets(startingTimestamp=str(t0 + 10**9))
 
 
 def test_log_append_time_topics_report_the_brokers_time(spark, broker):  # noqa: F811

@@ -18,7 +18,7 @@ import json
 import math
 from typing import NamedTuple
 
-__all__ = ["EARLIEST", "LATEST", "OffsetRange", "Timestamps", "parse_offsets", "parse_timestamps", "check_assigned",
+__all__ = ["EARLIEST", "LATEST", "OffsetRange", "Timestamps", "parse_offsets", "parse_timestamps", "check_assigned", "check_limits",
            "resolve_offsets", "split_ranges"]
 
 EARLIEST = -2
@@ -76,6 +76,28 @@ def check_assigned(spec, assigned: set[tuple[str, int]], what: str) -> None:
                          f"Specified: {sorted(given)} Assigned: {sorted(assigned)}")
 
 
+def check_limits(starting, ending) -> None:
+    """Spark's ``KafkaSourceProvider.checkOffsetLimitValidity``: per-partition starting and
+    ending offsets (or timestamps) must name the same partitions, and none may start after it
+    ends (offsets -1 / -2 aside)."""
+    if isinstance(starting, Timestamps) and isinstance(ending, Timestamps):
+        starting, ending, what = starting.value, ending.value, "timestamp"
+    elif isinstance(starting, Timestamps) or isinstance(ending, Timestamps):
+        return
+    else:
+        what = "offset"
+    if not isinstance(starting, dict) or not isinstance(ending, dict):
+        return
+    start = {(t, p): o for t, parts in starting.items() for p, o in parts.items()}
+    end = {(t, p): o for t, parts in ending.items() for p, o in parts.items()}
+    if set(start) != set(end):
+        raise ValueError(f"The starting and ending offsets name different partitions: starting {sorted(start)}, "
+                         f"ending {sorted(end)}")
+    for (t, p), o in sorted(start.items()):
+        if o > end[(t, p)] >= 0:
+            raise ValueError(f"{t}-{p}: starting {what} {o} is after ending {what} {end[(t, p)]}")
+
+
 def parse_offsets(text: str | None, default: int) -> int | dict[str, dict[int, int]]:
     """``earliest`` / ``latest`` as EARLIEST / LATEST, or the per-partition JSON as
     ``{topic: {partition: offset}}``; ``None`` or empty gives ``default``."""
@@ -116,8 +138,9 @@ def resolve_offsets(
 
     ``earliest`` / ``latest`` are the log start and end offsets now. A starting offset below
     the log start is lost data: an error, or moved up to the log start when
-    ``fail_on_data_loss`` is off (Spark's ``failOnDataLoss``). An offset past the log end is
-    always an error.
+    ``fail_on_data_loss`` is off (Spark's ``failOnDataLoss``). An ending offset past the log
+    end is an error too, or moved down to the log end; a starting one past the log end is kept
+    (the range is then empty), as Spark's reader finds no records there.
     """
     if isinstance(spec, int):
         chosen = {p: spec for p in latest}
@@ -140,8 +163,10 @@ def resolve_offsets(
             o = hi
         elif o < 0:
             raise ValueError(f"invalid offset {o} for {topic}-{p}: use -2 (earliest), -1 (latest) or >= 0")
-        if o > hi:
-            raise ValueError(f"offset {o} of {topic}-{p} is past its log end offset {hi}")
+        if o > hi and ending:
+            if fail_on_data_loss:
+                raise ValueError(f"offset {o} of {topic}-{p} is past its log end offset {hi}")
+            o = hi
         if o < lo:
             if fail_on_data_loss and not ending:
                 raise ValueError(

@@ -53,6 +53,7 @@ from .offsets import (
     OffsetRange,
     Timestamps,
     check_assigned,
+    check_limits,
     parse_offsets,
     parse_timestamps,
     resolve_offsets,
@@ -115,6 +116,7 @@ class _Options:
         if strategy not in ("ERROR", "LATEST"):
             raise ValueError(f"startingOffsetsByTimestampStrategy must be error or latest, got {strategy.lower()}")
         self.no_match_latest = strategy == "LATEST"
+        check_limits(self.starting, self.ending)
         self.include_headers = _boolean(opts, "includeheaders", False)
         self.fail_on_data_loss = _boolean(opts, "failondataloss", True)
         self.max_offsets_per_split = int(opts.get("maxoffsetspersplit", DEFAULT_MAX_OFFSETS_PER_SPLIT))
@@ -178,10 +180,9 @@ def plan_ranges(opts: _Options) -> list[OffsetRange]:
         for topic, (earliest, latest) in bounds.items():
             start = resolve_offsets(starting, topic, earliest, latest, ending=False,
                                     fail_on_data_loss=opts.fail_on_data_loss)
-            end = resolve_offsets(ending, topic, earliest, latest, ending=True)
-            for p in sorted(latest):
-                if start[p] > end[p]:
-                    raise ValueError(f"{topic}-{p}: starting offset {start[p]} is after ending offset {end[p]}")
+            end = resolve_offsets(ending, topic, earliest, latest, ending=True,
+                                  fail_on_data_loss=opts.fail_on_data_loss)
+            for p in sorted(latest):  # a start after the end (resolved) reads nothing, as in Spark
                 ranges.append(OffsetRange(topic, p, start[p], end[p]))
     return split_ranges(ranges, opts.max_offsets_per_split, opts.min_partitions)
 

@@ -6,7 +6,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spark_jobs.offsets import EARLIEST, LATEST, OffsetRange, parse_offsets, resolve_offsets, split_ranges
+from spark_jobs.offsets import (
+    EARLIEST,
+    LATEST,
+    OffsetRange,
+    Timestamps,
+    check_limits,
+    parse_offsets,
+    resolve_offsets,
+    split_ranges,
+)
 
 
 def test_parse_words_json_and_defaults():
@@ -34,6 +43,10 @@ def test_resolve_like_sparks_batch_reads():
         resolve_offsets({"t": {0: -2}}, "t", lo, hi, ending=True)
     with pytest.raises(ValueError, match="past its log end"):
         resolve_offsets({"t": {1: 8}}, "t", lo, hi, ending=True)
+    # Spark: an ending offset past the log end fails the read unless failOnDataLoss is off; a
+    # starting one past it reads nothing (the range is empty).
+    assert resolve_offsets({"t": {0: 9, 1: 8}}, "t", lo, hi, ending=True, fail_on_data_loss=False) == {0: 9, 1: 7}
+    assert resolve_offsets({"t": {0: 5, 1: 8}}, "t", lo, hi, ending=False) == {0: 5, 1: 8}
     with pytest.raises(ValueError, match="no partition"):
         resolve_offsets({"t": {9: 1}}, "t", lo, hi, ending=False)
     with pytest.raises(ValueError, match="invalid offset"):
@@ -102,3 +115,18 @@ def test_options_refused_as_sparks_kafka_source():
         with pytest.raises(ValueError, match=message):
             source_options({**base, **extra})
     assert source_options({**base, "subscribe": "t, u,t"}).topics == ["t", "u"]
+
+
+def test_limits_checked_before_reading_as_spark():
+    """KafkaSourceProvider.checkOffsetLimitValidity: the same partitions at both ends, and no
+    explicit start after an explicit end (-1 / -2 and mixed kinds are left to the read)."""
+    check_limits({"t": {0: 5, 1: -2}}, {"t": {0: 5, 1: 3}})
+    check_limits({"t": {0: 5}}, LATEST)
+    check_limits(Timestamps(100), {"t": {0: 1}})
+    check_limits({"t": {0: 9}}, {"t": {0: -1}})
+    with pytest.raises(ValueError, match="name different partitions"):
+        check_limits({"t": {0: 1}}, {"t": {0: 2, 1: 2}})
+    with pytest.raises(ValueError, match="starting offset 6 is after ending offset 5"):
+        check_limits({"t": {0: 6}}, {"t": {0: 5}})
+    with pytest.raises(ValueError, match="starting timestamp 6 is after ending timestamp 5"):
+        check_limits(Timestamps({"t": {0: 6}}), Timestamps({"t": {0: 5}}))

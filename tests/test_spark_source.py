@@ -124,6 +124,11 @@ def test_options_as_sparks_kafka_source(spark, broker, loaded):  # noqa: F811
     assert offsets(endingTimestamp=str(t0 + 10**9)) == [(p, o) for p in range(3) for o in range(20)]
     with pytest.raises(Exception, match="No offset matched"):
         offsets(startingTimestamp=str(t0 + 10**9))
+    # Past the log end: a start reads nothing; an end fails the read unless failOnDataLoss=false.
+    assert offsets(startingOffsets=json.dumps({topic: {"0": 25, "1": 18, "2": -2}}),
+                   endingOffsets=json.dumps({topic: {"0": 30, "1": 40, "2": 2}}), failOnDataLoss="false") == \
+        [(1, 18), (1, 19), (2, 0), (2, 1)]
+    assert offsets(startingOffsets=json.dumps({topic: {"0": 25, "1": 19, "2": 20}})) == [(1, 19)]
 
 
 def test_log_append_time_topics_report_the_brokers_time(spark, broker):  # noqa: F811

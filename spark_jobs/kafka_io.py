@@ -260,7 +260,9 @@ class Cluster:
                 continue
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
                 start = self.list_offsets({(r.topic, r.partition): EARLIEST_TIMESTAMP})[(r.topic, r.partition)]
-                if offset < start and not fail_on_data_loss:
+                if not fail_on_data_loss:
+                    if offset >= start:  # past the log end (truncated): Spark skips the rest
+                        return
                     offset = start
                     continue
                 message = (f"{r.topic}-{r.partition}: offset {offset} is out of range "
@@ -289,6 +291,8 @@ class Cluster:
                 attempt = 0
                 continue
             if offset >= p.high_watermark:
+                if not fail_on_data_loss:  # as Spark's KafkaDataConsumer.getEarliestAvailableOffsetBetween
+                    return
                 raise DataLossError(f"{r.topic}-{r.partition}: the log ends at {p.high_watermark}, "
                                     f"before the planned end {r.end}")
             if attempt >= self.retries:

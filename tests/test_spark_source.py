@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+import types
 import uuid
 
 import pytest
@@ -29,7 +30,8 @@ from protocol.messages.metadata_response import (  # noqa: E402
     MetadataResponseTopic,
 )
 from protocol.records import build_batch  # noqa: E402
-from spark_jobs.kafka_io import Cluster  # noqa: E402
+from spark_jobs.kafka_io import Cluster, DataLossError  # noqa: E402
+from spark_jobs.offsets import OffsetRange  # noqa: E402
 from tests.raw_client import RawClient  # noqa: E402
 from tests.test_produce_support import produce  # noqa: E402
 
@@ -196,3 +198,32 @@ def test_partition_requests_go_to_each_leader_and_follow_a_moved_leader():
     fake.move()  # the cached metadata is stale now; the first refresh still names the old leader
     assert cluster.list_offsets({("t", 0): -1, ("t", 1): -1}) == {("t", 0): 100, ("t", 1): 101}
     assert fake.sent[0][0] == 1 and (2, [("t", 1)]) in fake.sent and fake.sent[-1] == (1, [("t", 1)])
+
+
+class _Truncated(Cluster):
+    """A partition whose log now ends at 5 (say, recreated) though a read planned [0, 10):
+    offsets 0-4 come back, then an empty answer or OFFSET_OUT_OF_RANGE at 5."""
+
+    def __init__(self, code):
+        super().__init__("unused:1", retry_backoff_s=0)
+        self.code = code
+
+    def fetch_once(self, topic, partition, offset, max_bytes, max_wait_ms=500):
+        if offset == 0:
+            records = build_batch([(None, b"v%d" % i, [], 1) for i in range(5)])
+            return types.SimpleNamespace(error_code=0, records=records, high_watermark=5)
+        return types.SimpleNamespace(error_code=self.code, records=b"", high_watermark=5 if not self.code else -1)
+
+    def list_offsets(self, wanted):
+        return {k: 0 for k in wanted}
+
+
+@pytest.mark.parametrize("code", [0, ErrorCode.OFFSET_OUT_OF_RANGE])
+def test_records_gone_past_the_log_end_fail_only_with_fail_on_data_loss(code):
+    """KafkaDataConsumer.get: an offset at or past the log end is data loss; with failOnDataLoss
+    off the rest of the range is skipped (getEarliestAvailableOffsetBetween), not an error."""
+    r = OffsetRange("t", 0, 0, 10)
+    with pytest.raises(DataLossError):
+        list(_Truncated(code).read_range(r))
+    got = [rec.offset for _, recs in _Truncated(code).read_range(r, fail_on_data_loss=False) for rec in recs]
+    assert got == [0, 1, 2, 3, 4]

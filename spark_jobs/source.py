@@ -27,6 +27,8 @@ numpy reads the records' framing and the values' fixed layout, Python only walks
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 
 import numpy as np
@@ -102,12 +104,33 @@ class _Options:
         self.bootstrap = opts.get("kafka.bootstrap.servers") or opts.get("bootstrap.servers")
         if not self.bootstrap:
             raise ValueError("option kafka.bootstrap.servers (host:port[,host:port...]) is required")
-        topics = opts.get("subscribe") or opts.get("topic") or default_topic
-        if not topics:
-            raise ValueError("option subscribe (or topic) is required")
+        # KafkaSourceProvider.validateGeneralOptions / strategy: one of subscribe, subscribePattern
+        # and assign (here ``topic`` or the source's default topic stand in for subscribe).
+        strategies = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
+        if len(strategies) > 1:
+            raise ValueError("Only one of the following options can be specified for Kafka source: "
+                             "subscribe, subscribepattern, assign. See the docs for more details.")
+        self.pattern: str | None = None
+        self.assign: dict[str, set[int]] | None = None
+        topics = ""
+        if strategies == ["subscribepattern"]:
+            self.pattern = str(opts["subscribepattern"]).strip()
+            if not self.pattern:
+                raise ValueError("Pattern to subscribe is empty as specified value for option "
+                                 f"'subscribePattern' is '{opts['subscribepattern']}'")
+            re.compile(self.pattern)
+        elif strategies == ["assign"]:
+            self.assign = _parse_assign(str(opts["assign"]))
+        else:
+            topics = opts.get("subscribe") or opts.get("topic") or default_topic
+            if not topics:
+                raise ValueError("One of the following options must be specified for Kafka source: "
+                                 "subscribe, subscribepattern, assign. See the docs for more details.")
         # Each topic once, as Spark's SubscribeStrategy reads a set of topic-partitions.
         self.topics = list(dict.fromkeys(t.strip() for t in topics.split(",") if t.strip()))
-        if not self.topics:
+        if self.assign is not None:
+            self.topics = list(self.assign)
+        elif not self.topics and self.pattern is None:
             raise ValueError(f"No topics to subscribe to as specified value for option 'subscribe' is '{topics}'")
         # As Spark's getKafkaOffsetRangeLimit: a timestamp, then timestamps per partition, then offsets.
         self.starting = parse_timestamps(opts, "starting") or parse_offsets(opts.get("startingoffsets"), EARLIEST)
@@ -154,6 +177,19 @@ def _check_kafka_options(opts: dict) -> None:
         raise ValueError(f"kafka.isolation.level {level!r} is not supported: this source reads read_uncommitted")
 
 
+def _parse_assign(text: str) -> dict[str, set[int]]:
+    """``assign``: JSON such as ``{"topicA":[0,1],"topicB":[0,1]}`` (Spark's JsonUtils.partitions)."""
+    if not text.strip().startswith("{"):
+        raise ValueError(f"No topicpartitions to assign as specified value for option 'assign' is '{text}'")
+    try:
+        raw = json.loads(text)
+        if all(isinstance(parts, list) for parts in raw.values()):
+            return {str(t): {int(p) for p in parts} for t, parts in raw.items()}
+    except (ValueError, TypeError, AttributeError):
+        pass
+    raise ValueError(f'Expected e.g. {{"topicA":[0,1],"topicB":[0,1]}}, got {text}')
+
+
 def _boolean(opts: dict, key: str, default: bool) -> bool:
     """A boolean option as Scala's ``toBoolean`` reads it (true / false in any case)."""
     value = str(opts.get(key, default)).strip().lower()
@@ -171,7 +207,14 @@ def plan_ranges(opts: _Options) -> list[OffsetRange]:
     """The offset ranges of a read, split into input partitions (asks the brokers)."""
     ranges = []
     with Cluster(opts.bootstrap) as cluster:
-        bounds = {topic: cluster.offset_bounds(topic) for topic in opts.topics}
+        topics = opts.topics
+        if opts.pattern is not None:  # SubscribePatternStrategy: listed topics (not internal) it finds
+            topics = sorted(n for n, info in cluster.refresh(None).items()
+                            if not info.internal and re.search(opts.pattern, n))
+        bounds = {topic: cluster.offset_bounds(topic) for topic in topics}
+        if opts.assign is not None:  # AssignStrategy: those of the partitions that exist
+            bounds = {t: tuple({p: o for p, o in b.items() if p in opts.assign[t]} for b in bs)
+                      for t, bs in bounds.items()}
         assigned = {(t, p) for t, (_, latest) in bounds.items() for p in latest}
         check_assigned(opts.starting, assigned, "startingOffsets")
         check_assigned(opts.ending, assigned, "endingOffsets")

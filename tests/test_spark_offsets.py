@@ -115,6 +115,15 @@ def test_options_refused_as_sparks_kafka_source():
         with pytest.raises(ValueError, match=message):
             source_options({**base, **extra})
     assert source_options({**base, "subscribe": "t, u,t"}).topics == ["t", "u"]
+    kafka = {"kafka.bootstrap.servers": "h:1"}
+    assert source_options({**kafka, "assign": '{"t": [0, 1], "u": [2]}'}, None).assign == {"t": {0, 1}, "u": {2}}
+    for options, message in [({}, "One of the following options must be specified"),
+                             ({"subscribe": "t", "subscribePattern": "t.*"}, "Only one of the following options"),
+                             ({"assign": "t-0"}, "No topicpartitions to assign"),
+                             ({"assign": '{"t": 0}'}, "Expected e.g."),
+                             ({"subscribePattern": " "}, "Pattern to subscribe is empty")]:
+        with pytest.raises(ValueError, match=message):
+            source_options({**kafka, **options}, None)
 
 
 def test_limits_checked_before_reading_as_spark():

@@ -126,6 +126,17 @@ def test_options_as_sparks_kafka_source(spark, broker, loaded):  # noqa: F811
     assert offsets(endingTimestamp=str(t0 + 10**9)) == [(p, o) for p in range(3) for o in range(20)]
     with pytest.raises(Exception, match="No offset matched"):
         offsets(startingTimestamp=str(t0 + 10**9))
+    # Strategies (ConsumerStrategy): assign names partitions (those that exist), subscribePattern
+    # finds topics by regex search; only one of subscribe / subscribePattern / assign.
+    def r():
+        return spark.read.format("kshare-kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+
+    assert sorted({(x["partition"], x["offset"] // 20) for x in r().option(
+        "assign", json.dumps({topic: [0, 2, 7]})).load().collect()}) == [(0, 0), (2, 0)]
+    assert r().option("subscribePattern", topic[2:-3] + ".{3}$").load().count() == 60
+    assert r().option("subscribePattern", "^no-such-topic-").load().count() == 0
+    with pytest.raises(Exception, match="Only one of the following options"):
+        r().option("subscribe", topic).option("assign", json.dumps({topic: [0]})).load().count()
     # Past the log end: a start reads nothing; an end fails the read unless failOnDataLoss=false.
     assert offsets(startingOffsets=json.dumps({topic: {"0": 25, "1": 18, "2": -2}}),
                    endingOffsets=json.dumps({topic: {"0": 30, "1": 40, "2": 2}}), failOnDataLoss="false") == \

@@ -18,8 +18,8 @@ import json
 import math
 from typing import NamedTuple
 
-__all__ = ["EARLIEST", "LATEST", "OffsetRange", "Timestamps", "parse_offsets", "parse_timestamps", "check_assigned", "check_limits",
-           "resolve_offsets", "split_ranges"]
+__all__ = ["EARLIEST", "LATEST", "OffsetRange", "Timestamps", "parse_offsets", "parse_timestamps", "check_assigned",
+           "check_limits", "resolve_offsets", "split_ranges"]
 
 EARLIEST = -2
 LATEST = -1

@@ -7,7 +7,7 @@ topic, partition, offset, timestamp, timestampType, and headers with ``includeHe
 
     spark.read.format("kshare-kafka")
         .option("kafka.bootstrap.servers", "127.0.0.1:9092")
-        .option("subscribe", "orders")                       # or "topic"; comma-separated
+        .option("subscribe", "orders")                       # or "topic"; or subscribePattern / assign
         .option("startingOffsets", "earliest")               # or JSON {"orders": {"0": 42}}
         .option("endingOffsets", "latest")                   # or JSON, -1 = latest
         .load()

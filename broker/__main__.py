@@ -80,7 +80,11 @@ def build_config(args: argparse.Namespace) -> BrokerConfig:
         props["log.dirs"] = args.data_dir
     elif "log.dirs" not in props and "log.dir" not in props:
         props["log.dirs"] = "./data"
-    return BrokerConfig(props)
+    config = BrokerConfig(props)
+    from coordinator.group.runtime import check_broker_config
+
+    check_broker_config(config)  # before the data directory is opened, as Kafka checks its whole config first
+    return config
 
 
 async def serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) -> None:

@@ -159,6 +159,8 @@ def _d(name, type_, default, doc="", **kw) -> ConfigDef:
 _DEFS: list[ConfigDef] = [
     # --- identity and networking ---------------------------------------------------------
     _d("node.id", INT, 1, "The node id of this broker (stored in meta.properties).", at_least=0),
+    # Kafka's KafkaConfig.populateSynonyms makes either of node.id and broker.id set the other.
+    _d("broker.id", INT, 1, "The broker id: node.id's synonym (either sets the other; set both, they must agree)."),
     _d("listeners", LIST, ["PLAINTEXT://127.0.0.1:9092"], "Listener URIs the broker binds to."),
     _d("advertised.listeners", LIST, None, "Listeners published to clients; defaults to listeners."),
     _d("log.dirs", STRING, None, "The data directory (kshare uses the first entry)."),
@@ -167,6 +169,8 @@ _DEFS: list[ConfigDef] = [
     _d("socket.send.buffer.bytes", INT, 102400, "SO_SNDBUF of accepted sockets (-1: OS default)."),
     _d("socket.receive.buffer.bytes", INT, 102400, "SO_RCVBUF of accepted sockets (-1: OS default)."),
     _d("connections.max.idle.ms", LONG, 600000, "Idle connections are closed after this long."),
+    _d("failed.authentication.delay.ms", INT, 100, "Accepted for compatibility: kshare has no authentication to "
+       "fail.", at_least=0),
     _d("max.connections", INT, INT_MAX, "Connections accepted at once.", at_least=0, dynamic=True),
     _d("max.connections.per.ip", INT, INT_MAX, "Connections accepted at once from one address.", at_least=0,
        dynamic=True),
@@ -328,25 +332,53 @@ def _group_defs() -> list[ConfigDef]:
 register(_group_defs())
 
 
+_PROPERTIES_WHITESPACE = " \t\f"
+_PROPERTIES_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def _unescape_properties(text: str) -> str:
+    """Java's ``Properties.load`` escapes: \\t \\n \\r \\f, \\uXXXX, and a backslash before
+    any other character stands for that character."""
+    out, i = [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "\\" or i + 1 == len(text):
+            out.append(ch if ch != "\\" else "")
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "u":
+            digits = text[i + 2:i + 6]
+            if len(digits) < 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+                raise ConfigError("Malformed \\uxxxx encoding.")
+            out.append(chr(int(digits, 16)))
+            i += 6
+        else:
+            out.append(_PROPERTIES_ESCAPES.get(nxt, nxt))
+            i += 2
+    return "".join(out)
+
+
 def read_properties(path: Path) -> dict[str, str]:
-    """Parse a Java .properties file (the subset server.properties files use)."""
+    """Parse a .properties file as Java's ``Properties.load`` does (Kafka's Utils.loadProps): a
+    key ends at the first unescaped ``=``, ``:`` or blank (``num.partitions 3`` sets it to 3), a
+    line ending in an odd number of backslashes continues on the next, escapes are decoded, and
+    a value keeps its trailing blanks (Kafka trims the values of the properties it defines)."""
     props: dict[str, str] = {}
-    pending = ""
-    for raw in Path(path).read_text().splitlines():
-        line = pending + raw.strip()
-        pending = ""
+    lines = iter(Path(path).read_text().splitlines())
+    for raw in lines:
+        line = raw.lstrip(_PROPERTIES_WHITESPACE)
         if not line or line[0] in "#!":
             continue
-        if line.endswith("\\"):
-            pending = line[:-1]
-            continue
-        for i, ch in enumerate(line):
-            if ch in "=:":
-                key, value = line[:i].strip(), line[i + 1:].strip()
-                break
-        else:
-            key, value = line, ""
-        props[key] = value
+        while (len(line) - len(line.rstrip("\\"))) % 2 == 1:  # continued: drop the backslash
+            line = line[:-1] + next(lines, "").lstrip(_PROPERTIES_WHITESPACE)
+        i = 0
+        while i < len(line) and line[i] not in "=:" + _PROPERTIES_WHITESPACE:
+            i += 2 if line[i] == "\\" else 1
+        key, rest = line[:i], line[i:].lstrip(_PROPERTIES_WHITESPACE)
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:].lstrip(_PROPERTIES_WHITESPACE)
+        props[_unescape_properties(key)] = _unescape_properties(rest)
     return props
 
 
@@ -365,13 +397,30 @@ class BrokerConfig:
 
     def __init__(self, static: Mapping[str, Any] | None = None) -> None:
         self.static: dict[str, str] = {k: str(v) for k, v in (static or {}).items()}
+        for name, synonym in (("node.id", "broker.id"), ("broker.id", "node.id")):  # KafkaConfig.populateSynonyms
+            if name in self.static and synonym not in self.static:
+                self.static[synonym] = self.static[name]
         self.dynamic: dict[str, str] = {}
         self.dynamic_default: dict[str, str] = {}
         self._values: dict[str, Any] = {}
         self._raw: dict[str, str] | None = None  # raw_properties, until the values change
         self._listeners: list[Callable[[set[str]], None]] = []
         self._load_dynamic()
-        self._resolve()
+        for layer in ("dynamic", "dynamic_default", None):
+            try:
+                self._resolve()
+                break
+            except ConfigError as e:
+                if layer is None or not (self.dynamic or self.dynamic_default):
+                    raise
+                # Like Kafka's DynamicBrokerConfig, stored dynamic configs the resulting config
+                # refuses as a whole (e.g. a check added since) are logged and not applied.
+                if getattr(self, layer):
+                    import logging
+
+                    logging.getLogger("kshare.config").warning(
+                        "ignoring persisted dynamic configs %s: %s", sorted(getattr(self, layer)), e)
+                    setattr(self, layer, {})
 
     def _resolve(self) -> None:
         self._values = self._resolved(self.dynamic, self.dynamic_default)
@@ -386,9 +435,7 @@ class BrokerConfig:
         for name, d in DEFS.items():
             raw = dynamic.get(name, dynamic_default.get(name, self.static.get(name)))
             values[name] = d.default if raw is None else d.parse(raw)
-        if values["max.connections.per.ip"] == 0 and not values["max.connections.per.ip.overrides"]:
-            raise ConfigError("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
-                              "property is set.")
+        check_broker_values(values)
         return values
 
     def check_dynamic_layer(self, layer: Mapping[str, str], *, cluster_default: bool = False) -> None:
@@ -557,9 +604,42 @@ class BrokerConfig:
         adv = self["advertised.listeners"]
         host, port = parse_listener(adv[0]) if adv else self.listener_address()
         if host == "0.0.0.0":
-            raise ConfigError("advertised.listeners cannot use the nonroutable meta-address 0.0.0.0. "
-                              "Use a routable IP address.")
+            raise ConfigError("requirement failed: advertised.listeners cannot use the nonroutable meta-address "
+                              "0.0.0.0. Use a routable IP address.")
         return host, port
+
+
+def _require(condition: bool, message: str) -> None:
+    """Scala's ``require``, as KafkaConfig.validateValues uses it: its message gets a prefix."""
+    if not condition:
+        raise ConfigError("requirement failed: " + message)
+
+
+def check_broker_values(values: Mapping[str, Any]) -> None:
+    """The cross-property checks of Kafka's ``KafkaConfig.validateValues`` for the properties kshare
+    has, in its order; it runs for a start-up config and for the result of a dynamic change."""
+    if values["node.id"] != values["broker.id"]:
+        raise ConfigError("You must set `node.id` to the same value as `broker.id`.")
+    hour, minute = 3_600_000, 60_000
+    roll = values["log.roll.ms"]
+    _require((roll if roll is not None else values["log.roll.hours"] * hour) >= 1,
+             "log.roll.ms must be greater than or equal to 1")
+    jitter = values["log.roll.jitter.ms"]
+    _require((jitter if jitter is not None else values["log.roll.jitter.hours"] * hour) >= 0,
+             "log.roll.jitter.ms must be greater than or equal to 0")
+    retention = values["log.retention.ms"]
+    if retention is None:
+        minutes = values["log.retention.minutes"]
+        retention = minutes * minute if minutes is not None else values["log.retention.hours"] * hour
+    _require(retention >= 1 or retention < 0,  # a negative value means -1
+             "log.retention.ms must be unlimited (-1) or, greater than or equal to 1")
+    if values["max.connections.per.ip"] == 0:
+        _require(bool(values["max.connections.per.ip.overrides"]), "max.connections.per.ip can be set to zero only "
+                 "if max.connections.per.ip.overrides property is set.")
+    idle, delay = values["connections.max.idle.ms"], values["failed.authentication.delay.ms"]
+    if idle >= 0:
+        _require(delay < idle, f"failed.authentication.delay.ms={delay} should always be less than "
+                 f"connections.max.idle.ms={idle} to prevent failed authentication responses from timing out")
 
 
 # Kafka's listener.security.protocol.map default (SocketServerConfigs).

@@ -221,8 +221,8 @@ def test_validate_only_checks_the_broker_config_as_a_whole(admin):
                                                     validate_only=validate_only).values()
         e = alter_error(future)
         assert e.code() == KafkaError.INVALID_REQUEST
-        assert e.str() == ("max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides "
-                           "property is set.")
+        assert e.str() == ("requirement failed: max.connections.per.ip can be set to zero only if "
+                           "max.connections.per.ip.overrides property is set.")
     assert describe(admin, ResourceType.BROKER, node)["max.connections.per.ip"].value == "2147483647"
 
 

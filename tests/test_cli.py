@@ -184,6 +184,26 @@ def test_default_data_dir_is_dot_data(tmp_path):
         (["--override", "advertised.listeners=PLAINTEXT://0.0.0.0:9092"],
          "advertised.listeners cannot use the nonroutable meta-address 0.0.0.0"),
         pytest.param(["--config", "/nonexistent/server.properties"], "/nonexistent/server.properties"),
+        # KafkaConfig.validateValues: Scala's require, whose message has its prefix
+        (["--override", "log.retention.ms=0"],
+         "requirement failed: log.retention.ms must be unlimited (-1) or, greater than or equal to 1"),
+        (["--override", "log.retention.hours=0"], "requirement failed: log.retention.ms must be unlimited"),
+        (["--override", "log.roll.ms=0"], "requirement failed: log.roll.ms must be greater than or equal to 1"),
+        (["--override", "log.roll.jitter.ms=-1"],
+         "requirement failed: log.roll.jitter.ms must be greater than or equal to 0"),
+        (["--override", "connections.max.idle.ms=100"],
+         "requirement failed: failed.authentication.delay.ms=100 should always be less than "
+         "connections.max.idle.ms=100 to prevent failed authentication responses from timing out"),
+        (["--override", "node.id=3", "--override", "broker.id=4"],
+         "You must set `node.id` to the same value as `broker.id`."),
+        # GroupCoordinatorConfig and ShareGroupConfig, in their order and words
+        (["--override", "group.share.min.session.timeout.ms=50000", "--override",
+          "group.share.max.session.timeout.ms=40000"],
+         "group.share.max.session.timeout.ms must be greater than or equal to group.share.min.session.timeout.ms"),
+        (["--override", "group.share.record.lock.duration.ms=70000"],
+         "group.share.max.record.lock.duration.ms must be greater than or equal to "
+         "group.share.record.lock.duration.ms"),
+        (["--override", "group.share.assignors=uniform"], "Class uniform cannot be found"),
     ],
 )
 def test_bad_values_exit_2_with_a_clear_message(tmp_path, args, message):
@@ -457,3 +477,13 @@ def test_the_broker_takes_the_hard_limit_on_open_files(tmp_path):
     expected = hard if hard != resource.RLIM_INFINITY else 1 << 20
     assert f"open files {expected} {hard}" in r.stdout, r.stdout
     assert f"raised the open files limit from 256 to {expected}" in r.stderr
+
+
+def test_a_bad_group_property_stops_the_start_before_the_data_directory_is_made(tmp_path):
+    """Kafka checks its whole config (GroupCoordinatorConfig and ShareGroupConfig included) before
+    it touches a log directory: no meta.properties with a fresh cluster id is left behind."""
+    r = cli("--port", "0", "--data-dir", str(tmp_path / "data"),
+            "--override", "group.share.record.lock.duration.ms=70000")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "group.share.max.record.lock.duration.ms must be greater than or equal to" in r.stderr
+    assert not (tmp_path / "data").exists()

@@ -191,3 +191,29 @@ def test_broker_values_and_startup_checks():
     with pytest.raises(ValueError, match="group.share.max.share.sessions must be greater than or equal to "
                                          "group.share.max.size"):
         bd.validate_broker_config({"group.share.max.share.sessions": "10"})
+
+
+@pytest.mark.parametrize("props, message", [
+    # GroupCoordinatorConfig checks a range's bounds before the value, heartbeats before sessions
+    ({"group.share.min.heartbeat.interval.ms": "20000", "group.share.min.session.timeout.ms": "70000"},
+     "group.share.max.heartbeat.interval.ms must be greater than or equal to group.share.min.heartbeat.interval.ms"),
+    ({"group.consumer.heartbeat.interval.ms": "50000", "group.consumer.max.heartbeat.interval.ms": "60000",
+      "group.share.session.timeout.ms": "70000"},
+     "group.consumer.heartbeat.interval.ms must be less than group.consumer.session.timeout.ms"),
+    # ... and all of it before ShareGroupConfig's record lock and session checks
+    ({"group.share.record.lock.duration.ms": "70000", "group.streams.num.standby.replicas": "3"},
+     "group.streams.num.standby.replicas must be less than or equal to group.streams.max.standby.replicas"),
+    ({"group.share.record.lock.duration.ms": "10000"},
+     "group.share.record.lock.duration.ms must be greater than or equal to group.share.min.record.lock.duration.ms"),
+    ({"group.share.record.lock.duration.ms": "70000"},
+     "group.share.max.record.lock.duration.ms must be greater than or equal to group.share.record.lock.duration.ms"),
+    ({"group.share.assignors": "simple,simple"},
+     "Configuration 'group.share.assignors' values must not be duplicated."),
+    ({"group.share.assignors": " "},
+     "Configuration 'group.share.assignors' must not be empty. Valid values include: any non-empty value"),
+    ({"group.share.assignors": "simple,range"}, "Class range cannot be found"),
+])
+def test_broker_startup_checks_in_kafkas_order(props, message):
+    with pytest.raises(ValueError) as e:
+        bd.validate_broker_config(props)
+    assert str(e.value) == message

@@ -42,7 +42,7 @@ GROUP_BROKER_CONFIGS: tuple[BrokerConfigDef, ...] = (
     _int("group.share.max.heartbeat.interval.ms", 15000, 1, doc="Highest allowed share heartbeat interval."),
     _int("group.share.max.size", 200, 1, 1000, doc="Maximum number of members in one share group."),
     BrokerConfigDef("group.share.assignors", "list", "simple",
-                    doc="Server-side assignors for share groups; only the first one is used."),
+                    doc="Server-side assignor of share groups: exactly one, the built-in simple."),
     _int("group.share.initialize.retry.interval.ms", 30000, 1, internal=True,
          doc="How long share-partition initialisation may stay pending before it is retried."),
     # Share groups: delivery (ShareGroupConfig).
@@ -144,31 +144,66 @@ def broker_value(name: str, broker_config: Mapping[str, str]):
 
 
 def validate_broker_config(broker_config: Mapping[str, str]) -> None:
-    """Kafka's start-up checks for these properties; raises ValueError with its message."""
+    """Kafka's start-up checks for these properties, in its order (GroupCoordinatorConfig's
+    constructor, then ShareGroupConfig.validate); raises ValueError with its message."""
     for name in broker_config:
         if name in BROKER_CONFIG_DEFS:
             broker_value(name, broker_config)
-    for kind in ("share", "consumer", "streams"):
-        for what in ("session.timeout.ms", "heartbeat.interval.ms"):
+    assignors = _share_assignors(broker_config)
+    for kind in ("consumer", "share", "streams"):
+        for what in ("heartbeat.interval.ms", "session.timeout.ms"):
             _check_within(broker_config, f"group.{kind}.{what}", f"group.{kind}.min.{what}", f"group.{kind}.max.{what}")
-    _check_within(broker_config, "group.share.record.lock.duration.ms",
-                  "group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms")
-    for kind in ("share", "consumer", "streams"):
-        heartbeat = broker_value(f"group.{kind}.heartbeat.interval.ms", broker_config)
-        session = broker_value(f"group.{kind}.session.timeout.ms", broker_config)
-        if heartbeat >= session:
-            raise ValueError(f"group.{kind}.heartbeat.interval.ms must be less than group.{kind}.session.timeout.ms")
-    if broker_value("group.share.max.share.sessions", broker_config) < broker_value("group.share.max.size", broker_config):
-        raise ValueError("group.share.max.share.sessions must be greater than or equal to group.share.max.size")
-    if broker_value("group.streams.num.standby.replicas", broker_config) > broker_value(
-            "group.streams.max.standby.replicas", broker_config):
-        raise ValueError("group.streams.num.standby.replicas must be less than or equal to "
-                         "group.streams.max.standby.replicas")
+        if kind == "streams":
+            _require(broker_value("group.streams.num.standby.replicas", broker_config)
+                     <= broker_value("group.streams.max.standby.replicas", broker_config),
+                     "group.streams.num.standby.replicas must be less than or equal to "
+                     "group.streams.max.standby.replicas")
+        _require(broker_value(f"group.{kind}.heartbeat.interval.ms", broker_config)
+                 < broker_value(f"group.{kind}.session.timeout.ms", broker_config),
+                 f"group.{kind}.heartbeat.interval.ms must be less than group.{kind}.session.timeout.ms")
+        if kind == "share":
+            _require(len(assignors) == 1,
+                     f"group.share.assignors must contain exactly one assignor, but found {len(assignors)}")
+    lock = broker_value("group.share.record.lock.duration.ms", broker_config)
+    _require(lock >= broker_value("group.share.min.record.lock.duration.ms", broker_config),
+             "group.share.record.lock.duration.ms must be greater than or equal to "
+             "group.share.min.record.lock.duration.ms")
+    _require(broker_value("group.share.max.record.lock.duration.ms", broker_config) >= lock,
+             "group.share.max.record.lock.duration.ms must be greater than or equal to "
+             "group.share.record.lock.duration.ms")
+    _require(broker_value("group.share.max.share.sessions", broker_config)
+             >= broker_value("group.share.max.size", broker_config),
+             "group.share.max.share.sessions must be greater than or equal to group.share.max.size")
+
+
+def _require(condition: bool, message: str) -> None:
+    """Kafka's ``Utils.require``: an IllegalArgumentException with the message as it is."""
+    if not condition:
+        raise ValueError(message)
+
+
+def _share_assignors(broker_config: Mapping[str, str]) -> list[str]:
+    """``group.share.assignors`` as Kafka 4.2 reads it: a non-empty list without duplicates
+    (ConfigDef.ValidList.anyNonDuplicateValues), each the built-in "simple" or a class name,
+    which kshare cannot load (GroupCoordinatorConfig.shareGroupAssignors)."""
+    name = "group.share.assignors"
+    text = java_trim(broker_config.get(name, "simple"))
+    values = [java_trim(v) for v in text.split(",")] if text else []
+    if not values:
+        raise ValueError(f"Configuration '{name}' must not be empty. Valid values include: any non-empty value")
+    if len(set(values)) != len(values):
+        raise ValueError(f"Configuration '{name}' values must not be duplicated.")
+    if "" in values:
+        raise ValueError(f"Configuration '{name}' values must not be empty.")
+    for value in values:
+        if value != "simple":
+            raise ValueError(f"Class {value} cannot be found")
+    return values
 
 
 def _check_within(broker_config, name: str, min_name: str, max_name: str) -> None:
-    value = broker_value(name, broker_config)
-    if value < broker_value(min_name, broker_config):
-        raise ValueError(f"{name} must be greater than or equal to {min_name}")
-    if value > broker_value(max_name, broker_config):
-        raise ValueError(f"{name} must be less than or equal to {max_name}")
+    """GroupCoordinatorConfig's three checks of a value and its bounds, in its order."""
+    low, value, high = (broker_value(n, broker_config) for n in (min_name, name, max_name))
+    _require(high >= low, f"{max_name} must be greater than or equal to {min_name}")
+    _require(value >= low, f"{name} must be greater than or equal to {min_name}")
+    _require(value <= high, f"{name} must be less than or equal to {max_name}")

@@ -1079,16 +1079,12 @@ class _Done:
 _DONE = _Done()
 
 
-def install(broker: Broker) -> GroupCoordinatorRuntime:
-    """Build the runtime for ``broker`` and register it: ``broker.group_coordinator``, the
-    topic-change listener and the GROUP config resource. Checks the broker's group-coordinator
-    properties the way Kafka does at start-up (raises ConfigError). ``__consumer_offsets``
-    is created (if missing) and loaded by ``start``; share state goes through the broker's
-    persister (``broker.share_manager.persister``)."""
-    from broker import group_configs_provider  # noqa: F401  (registers the GROUP provider)
+def check_broker_config(cfg) -> int:
+    """Kafka's start-up checks of the broker's group-coordinator properties (GroupCoordinatorConfig,
+    ShareGroupConfig); raises ConfigError, else returns the offsets topic's compression codec.
+    The command runs them before it opens the data directory, as Kafka's KafkaConfig does."""
     from broker.config import ConfigError
 
-    cfg = broker.config
     props = group_broker_properties(cfg.static, cfg.dynamic_default, cfg.dynamic)
     try:
         validate_broker_config(props)
@@ -1096,6 +1092,20 @@ def install(broker: Broker) -> GroupCoordinatorRuntime:
         OffsetsTopic(1, lambda p: None, compression=codec)  # Kafka refuses an unknown codec id at start-up
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    return codec
+
+
+def install(broker: Broker) -> GroupCoordinatorRuntime:
+    """Build the runtime for ``broker`` and register it: ``broker.group_coordinator``, the
+    topic-change listener and the GROUP config resource. Checks the broker's group-coordinator
+    properties the way Kafka does at start-up (raises ConfigError). ``__consumer_offsets``
+    is created (if missing) and loaded by ``start``; share state goes through the broker's
+    persister (``broker.share_manager.persister``)."""
+    from broker import group_configs_provider  # noqa: F401  (registers the GROUP provider)
+
+    cfg = broker.config
+    props = group_broker_properties(cfg.static, cfg.dynamic_default, cfg.dynamic)
+    codec = check_broker_config(cfg)
 
     def open_offsets() -> OffsetsTopic:
         topic = broker.internal_topic(CONSUMER_OFFSETS, cfg["offsets.topic.num.partitions"],

@@ -1,0 +1,76 @@
+"""Reading server.properties, and Kafka's KafkaConfig cross-property checks (validateValues) for a
+start-up config, a dynamic change, and dynamic configs stored before a check existed."""
+
+import json
+
+import pytest
+
+from broker.config import DYNAMIC_CONFIG_FILE, BrokerConfig, ConfigError, read_properties
+
+
+RETENTION = "requirement failed: log.retention.ms must be unlimited (-1) or, greater than or equal to 1"
+
+
+@pytest.mark.parametrize("props, message", [
+    ({"log.retention.ms": "0"}, RETENTION),
+    ({"log.retention.minutes": "0"}, RETENTION),
+    ({"log.roll.ms": "-3"}, "requirement failed: log.roll.ms must be greater than or equal to 1"),
+    ({"log.roll.jitter.ms": "-1"}, "requirement failed: log.roll.jitter.ms must be greater than or equal to 0"),
+    ({"max.connections.per.ip": "0"}, "requirement failed: max.connections.per.ip can be set to zero only if "
+                                      "max.connections.per.ip.overrides property is set."),
+    ({"node.id": "2", "broker.id": "3"}, "You must set `node.id` to the same value as `broker.id`."),
+])
+def test_cross_property_checks(props, message):
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig(props)
+    assert str(e.value) == message
+
+
+def test_values_kafka_accepts():
+    # a negative retention means unlimited; the finer setting wins over a coarser zero
+    BrokerConfig({"log.retention.ms": "-5"})
+    BrokerConfig({"log.retention.hours": "0", "log.retention.ms": "1000"})
+    BrokerConfig({"connections.max.idle.ms": "-1"})
+
+
+def test_broker_id_and_node_id_are_synonyms():
+    cfg = BrokerConfig({"broker.id": "5"})
+    assert (cfg["node.id"], cfg["broker.id"]) == (5, 5)
+    cfg = BrokerConfig({"node.id": "7"})
+    assert (cfg["node.id"], cfg["broker.id"]) == (7, 7)
+
+
+def test_a_dynamic_change_gets_the_same_checks():
+    cfg = BrokerConfig({})
+    with pytest.raises(ConfigError, match="requirement failed: log.retention.ms must be unlimited"):
+        cfg.set_dynamic({"log.retention.ms": "0"})
+    assert cfg["log.retention.ms"] is None
+
+
+def test_stored_dynamic_configs_the_checks_refuse_are_not_applied(tmp_path):
+    (tmp_path / DYNAMIC_CONFIG_FILE).write_text(json.dumps(
+        {"version": 1, "broker": {"log.retention.ms": "0"}, "cluster_default": {"log.retention.bytes": "5"}}))
+    cfg = BrokerConfig({"log.dirs": str(tmp_path)})
+    assert cfg.dynamic == {} and cfg["log.retention.ms"] is None
+    assert cfg["log.retention.bytes"] == 5
+
+
+def test_properties_files_read_as_java_reads_them(tmp_path):
+    """Kafka loads server.properties with java.util.Properties: a blank ends a key too, escapes
+    are decoded, and only an odd number of trailing backslashes continues a line."""
+    path = tmp_path / "server.properties"
+    path.write_text("# a comment\\\n"
+                    "num.partitions 3\n"
+                    "log.dirs=/data/a\\\\b\n"
+                    "  key\\ with\\=eq : v1 \n"
+                    "listeners=PLAINTEXT://127.0.0.1:9092,\\\n"
+                    "    CONTROLLER://127.0.0.1:9093\n"
+                    "path=c:\\\\\\\\\n"
+                    "uni=\\u0041z\n"
+                    "bare\n")
+    assert read_properties(path) == {
+        "num.partitions": "3", "log.dirs": "/data/a\\b", "key with=eq": "v1 ",
+        "listeners": "PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093", "path": "c:\\\\", "uni": "Az",
+        "bare": "",
+    }
+    assert BrokerConfig(read_properties(path))["num.partitions"] == 3

@@ -152,6 +152,13 @@ def parse_ip_overrides(raw: str) -> dict[str, int]:
     return out
 
 
+def _compression_type_id(value: int) -> None:
+    """Kafka's ``CompressionType.forId``, which ShareCoordinatorConfig calls at start-up (the
+    property itself has no range)."""
+    if not 0 <= value <= 4:
+        raise ConfigError(f"Unknown compression type id: {value}")
+
+
 def _d(name, type_, default, doc="", **kw) -> ConfigDef:
     return ConfigDef(name, type_, default, doc, **kw)
 
@@ -273,7 +280,7 @@ _DEFS: list[ConfigDef] = [
        "min.insync.replicas of __share_group_state (a single broker's effective ISR is 1).", at_least=1),
     _d("share.coordinator.state.topic.compression.codec", INT, 0,
        "Compression of __share_group_state batches: 0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd.",
-       at_least=0, at_most=4),
+       validator=_compression_type_id),
     _d("share.coordinator.state.topic.prune.interval.ms", INT, 300000,
        "How often the share coordinator deletes superseded __share_group_state records.", at_least=1,
        internal=True),

@@ -204,6 +204,8 @@ def test_default_data_dir_is_dot_data(tmp_path):
          "group.share.max.record.lock.duration.ms must be greater than or equal to "
          "group.share.record.lock.duration.ms"),
         (["--override", "group.share.assignors=uniform"], "Class uniform cannot be found"),
+        # ShareCoordinatorConfig's CompressionType.forId: the property has no range of its own
+        (["--override", "share.coordinator.state.topic.compression.codec=5"], "Unknown compression type id: 5"),
     ],
 )
 def test_bad_values_exit_2_with_a_clear_message(tmp_path, args, message):

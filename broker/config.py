@@ -152,6 +152,14 @@ def parse_ip_overrides(raw: str) -> dict[str, int]:
     return out
 
 
+def _non_duplicate_list(name: str, values: list[str]) -> None:
+    """Kafka's ``ConfigDef.ValidList.anyNonDuplicateValues(false, ...)``: not empty, no repeats."""
+    if not values:
+        raise ConfigError(f"Configuration '{name}' must not be empty. Valid values include: any non-empty value")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"Configuration '{name}' values must not be duplicated.")
+
+
 def _compression_type_id(value: int) -> None:
     """Kafka's ``CompressionType.forId``, which ShareCoordinatorConfig calls at start-up (the
     property itself has no range)."""
@@ -170,8 +178,11 @@ _DEFS: list[ConfigDef] = [
     _d("broker.id", INT, 1, "The broker id: node.id's synonym (either sets the other; set both, they must agree)."),
     _d("listeners", LIST, ["PLAINTEXT://127.0.0.1:9092"], "Listener URIs the broker binds to."),
     _d("advertised.listeners", LIST, None, "Listeners published to clients; defaults to listeners."),
-    _d("log.dirs", STRING, None, "The data directory (kshare uses the first entry)."),
-    _d("log.dir", STRING, "/tmp/kafka-logs", "The data directory, used when log.dirs is not set."),
+    # LIST since Kafka 4.2 (KIP-1161), without repeats; log.dirs may be unset (null), not empty.
+    _d("log.dirs", LIST, None, "The data directory (kshare uses the first entry).",
+       validator=lambda v: _non_duplicate_list("log.dirs", v)),
+    _d("log.dir", LIST, ["/tmp/kafka-logs"], "The data directory, used when log.dirs is not set.",
+       validator=lambda v: _non_duplicate_list("log.dir", v)),
     _d("socket.request.max.bytes", INT, 104857600, "The largest request the broker accepts.", at_least=1),
     _d("socket.send.buffer.bytes", INT, 102400, "SO_SNDBUF of accepted sockets (-1: OS default)."),
     _d("socket.receive.buffer.bytes", INT, 102400, "SO_RCVBUF of accepted sockets (-1: OS default)."),
@@ -569,7 +580,9 @@ class BrokerConfig:
     @property
     def data_dir(self) -> Path:
         dirs = self["log.dirs"] or self["log.dir"]
-        return Path(dirs.split(",")[0].strip())
+        if isinstance(dirs, str):  # the static text, before the values are resolved
+            dirs = DEFS["log.dirs"].parse(dirs)
+        return Path(dirs[0])
 
     def listener_address(self) -> tuple[str, int]:
         """(host, port) of the first listener."""

@@ -74,3 +74,26 @@ def test_properties_files_read_as_java_reads_them(tmp_path):
         "bare": "",
     }
     assert BrokerConfig(read_properties(path))["num.partitions"] == 3
+
+
+def test_log_dirs_are_lists_as_in_kafka_4_2(tmp_path):
+    """KIP-1161 made log.dir and log.dirs LIST configs without repeats: DescribeConfigs says LIST
+    (7), and an empty or repeated list stops the start with ConfigDef.ValidList's message."""
+    from types import SimpleNamespace
+
+    from broker.config_resources import BrokerConfigProvider
+
+    cfg = BrokerConfig({"log.dirs": f"{tmp_path}/a, {tmp_path}/b", "node.id": "4"})
+    assert cfg.data_dir == tmp_path / "a"
+    broker = SimpleNamespace(config=cfg)
+    entries = {n: BrokerConfigProvider._entry(broker, n, per_broker=True)
+               for n in ("log.dirs", "log.dir", "broker.id", "node.id")}
+    assert {n: (e.type, e.value, e.source) for n, e in entries.items()} == {
+        "log.dirs": (7, f"{tmp_path}/a,{tmp_path}/b", 4), "log.dir": (7, "/tmp/kafka-logs", 5),
+        "broker.id": (3, "4", 4), "node.id": (3, "4", 4)}
+    for value, message in (
+            ("", "Configuration 'log.dirs' must not be empty. Valid values include: any non-empty value"),
+            ("/d,/d", "Configuration 'log.dirs' values must not be duplicated.")):
+        with pytest.raises(ConfigError) as e:
+            BrokerConfig({"log.dirs": value})
+        assert str(e.value) == message

@@ -444,8 +444,34 @@ class BrokerConfig:
         self._values = self._resolved(self.dynamic, self.dynamic_default)
         self._raw = None
         self.listener_max_connections()  # validated at start, as Kafka's listener config
-        self.advertised_address()
+        self.listener_address()  # parsed, then its protocol, before the names are checked, as in Kafka
         self.listener_security_protocol()
+        self.check_listener_names()
+        self.advertised_address()
+
+    def check_listener_names(self) -> None:
+        """KafkaConfig.validateValues for a broker: the inter-broker listener
+        (``inter.broker.listener.name``, else the one named after ``security.inter.broker.protocol``,
+        AbstractKafkaConfig.getInterBrokerListenerNameAndSecurityProtocol) must be advertised, and every
+        advertised listener name must be one of ``listeners``'. Names compare upper-cased
+        (ListenerName.normalised)."""
+        def names(uris: list[str]) -> list[str]:
+            return list(dict.fromkeys(u.partition("://")[0].strip().upper() for u in uris))
+
+        listeners = names(self["listeners"])
+        advertised = names(self["advertised.listeners"] or self["listeners"])
+        by_name = self.static.get("inter.broker.listener.name")
+        by_protocol = self.static.get("security.inter.broker.protocol")
+        if by_name is not None and by_protocol is not None:
+            raise ConfigError("Only one of inter.broker.listener.name and security.inter.broker.protocol should be "
+                              "set.")
+        inter = (by_name if by_name is not None else by_protocol or "PLAINTEXT").strip().upper()
+        _require(inter in advertised, "inter.broker.listener.name must be a listener name defined in "
+                 f"advertised.listeners. The valid options based on currently configured listeners are "
+                 f"{','.join(advertised)}")
+        _require(set(advertised) <= set(listeners), "advertised.listeners listener names must be equal to or a subset "
+                 f"of the ones defined in listeners. Found {','.join(advertised)}. The valid options based on the "
+                 f"current configuration are {','.join(listeners)}")
 
     def _resolved(self, dynamic: Mapping[str, str], dynamic_default: Mapping[str, str]) -> dict[str, Any]:
         """Every property's value with these dynamic layers, or ConfigError as Kafka's KafkaConfig."""

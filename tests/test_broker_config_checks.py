@@ -97,3 +97,26 @@ def test_log_dirs_are_lists_as_in_kafka_4_2(tmp_path):
         with pytest.raises(ConfigError) as e:
             BrokerConfig({"log.dirs": value})
         assert str(e.value) == message
+
+
+@pytest.mark.parametrize("props, message", [
+    ({"listeners": "CLIENT://127.0.0.1:9092", "listener.security.protocol.map": "CLIENT:PLAINTEXT"},
+     "requirement failed: inter.broker.listener.name must be a listener name defined in advertised.listeners. "
+     "The valid options based on currently configured listeners are CLIENT"),
+    ({"advertised.listeners": "PLAINTEXT://h:1,EXTERNAL://h:2",
+      "listener.security.protocol.map": "EXTERNAL:PLAINTEXT,PLAINTEXT:PLAINTEXT"},
+     "requirement failed: advertised.listeners listener names must be equal to or a subset of the ones defined in "
+     "listeners. Found PLAINTEXT,EXTERNAL. The valid options based on the current configuration are PLAINTEXT"),
+    ({"inter.broker.listener.name": "PLAINTEXT", "security.inter.broker.protocol": "PLAINTEXT"},
+     "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."),
+])
+def test_listener_name_checks(props, message):
+    with pytest.raises(ConfigError) as e:
+        BrokerConfig(props)
+    assert str(e.value) == message
+
+
+def test_listener_names_kafka_accepts():
+    BrokerConfig({"listeners": "CLIENT://127.0.0.1:9092", "listener.security.protocol.map": "CLIENT:PLAINTEXT",
+                  "inter.broker.listener.name": "client"})
+    BrokerConfig({"advertised.listeners": "plaintext://h:1"})

@@ -240,8 +240,10 @@ def test_a_listener_kafka_would_secure_or_not_know_exits_2(tmp_path, listeners, 
 
 
 def test_a_named_plaintext_listener_is_served(tmp_path):
+    # (Kafka requires the inter-broker listener among the advertised ones: PLAINTEXT unless named)
     with Running("--override", "listeners=CLIENT://127.0.0.1:0", "--override",
-                 "listener.security.protocol.map=CLIENT:PLAINTEXT", cwd=tmp_path, log_path=tmp_path / "b.log") as b:
+                 "listener.security.protocol.map=CLIENT:PLAINTEXT", "--override", "inter.broker.listener.name=CLIENT",
+                 cwd=tmp_path, log_path=tmp_path / "b.log") as b:
         cluster_identity(b.bootstrap)
 
 

@@ -454,12 +454,13 @@ class BrokerConfig:
         (``inter.broker.listener.name``, else the one named after ``security.inter.broker.protocol``,
         AbstractKafkaConfig.getInterBrokerListenerNameAndSecurityProtocol) must be advertised, and every
         advertised listener name must be one of ``listeners``'. Names compare upper-cased
-        (ListenerName.normalised)."""
+        (ListenerName.normalised); those in ``controller.listener.names`` are not broker listeners."""
         def names(uris: list[str]) -> list[str]:
             return list(dict.fromkeys(u.partition("://")[0].strip().upper() for u in uris))
 
         listeners = names(self["listeners"])
-        advertised = names(self["advertised.listeners"] or self["listeners"])
+        controller = {n.strip().upper() for n in (self.static.get("controller.listener.names") or "").split(",")}
+        advertised = [n for n in names(self["advertised.listeners"] or self["listeners"]) if n not in controller]
         by_name = self.static.get("inter.broker.listener.name")
         by_protocol = self.static.get("security.inter.broker.protocol")
         if by_name is not None and by_protocol is not None:

@@ -107,6 +107,11 @@ def test_log_dirs_are_lists_as_in_kafka_4_2(tmp_path):
       "listener.security.protocol.map": "EXTERNAL:PLAINTEXT,PLAINTEXT:PLAINTEXT"},
      "requirement failed: advertised.listeners listener names must be equal to or a subset of the ones defined in "
      "listeners. Found PLAINTEXT,EXTERNAL. The valid options based on the current configuration are PLAINTEXT"),
+    # a controller listener is no broker listener (effectiveAdvertisedBrokerListeners)
+    ({"listeners": "CLIENT://127.0.0.1:9092,CONTROLLER://:9093", "controller.listener.names": "CONTROLLER",
+      "listener.security.protocol.map": "CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT"},
+     "requirement failed: inter.broker.listener.name must be a listener name defined in advertised.listeners. "
+     "The valid options based on currently configured listeners are CLIENT"),
     ({"inter.broker.listener.name": "PLAINTEXT", "security.inter.broker.protocol": "PLAINTEXT"},
      "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."),
 ])

@@ -7,6 +7,7 @@ as they are (Kafka logs them as unused), so a properties file written for Apache
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -424,21 +425,18 @@ class BrokerConfig:
         self._raw: dict[str, str] | None = None  # raw_properties, until the values change
         self._listeners: list[Callable[[set[str]], None]] = []
         self._load_dynamic()
-        for layer in ("dynamic", "dynamic_default", None):
+        # Like Kafka's DynamicBrokerConfig, stored dynamic configs the resulting config refuses
+        # as a whole (e.g. a check added since) are logged and not applied.
+        for layer in ("dynamic", "dynamic_default"):
             try:
                 self._resolve()
-                break
+                return
             except ConfigError as e:
-                if layer is None or not (self.dynamic or self.dynamic_default):
-                    raise
-                # Like Kafka's DynamicBrokerConfig, stored dynamic configs the resulting config
-                # refuses as a whole (e.g. a check added since) are logged and not applied.
                 if getattr(self, layer):
-                    import logging
-
                     logging.getLogger("kshare.config").warning(
                         "ignoring persisted dynamic configs %s: %s", sorted(getattr(self, layer)), e)
                     setattr(self, layer, {})
+        self._resolve()
 
     def _resolve(self) -> None:
         self._values = self._resolved(self.dynamic, self.dynamic_default)
@@ -568,7 +566,6 @@ class BrokerConfig:
         if path is None or not path.exists():
             return
         import json
-        import logging
 
         data = json.loads(path.read_text())
         for layer, key in (("dynamic", "broker"), ("dynamic_default", "cluster_default")):

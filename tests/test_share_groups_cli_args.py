@@ -134,6 +134,19 @@ def test_reset_refusals_in_kafkas_order(monkeypatch, args, message):
     assert bad(*B, *args) == message
 
 
+def test_reset_to_offset_zero_is_a_scenario(monkeypatch):
+    """--to-offset 0 is given (an int 0 must not read as "not given", as 0 == False would)."""
+
+    class Admin(EmptyGroupAdmin):
+        def log_offsets(self, partitions, spec):
+            return {tp: 0 for tp in partitions}
+
+    monkeypatch.setattr("broker.tools.share_groups.ShareAdmin", Admin)
+    code, out, err = run(*B, "--reset-offsets", "--group", "g", "--topic", "t", "--to-offset", "0", "--dry-run")
+    assert (code, err) == (0, "")
+    assert out == f"\n{'GROUP':<15} {'TOPIC':<15} {'PARTITION':<10} NEW-OFFSET\n{'g':<15} {'t':<15} {0:<10} 0\n"
+
+
 @pytest.mark.parametrize("action", [("--reset-offsets", "--to-earliest", "--execute"),
                                     ("--reset-offsets", "--to-latest", "--dry-run"),
                                     ("--delete-offsets", "--topic", "t")])

@@ -207,7 +207,7 @@ def _has(o, dest: str) -> bool:
     value = getattr(o, dest)
     if dest == "state":
         return value is not _NOT_GIVEN
-    return value not in (None, False)
+    return value is not None and value is not False  # --to-offset 0 is given (0 == False)
 
 
 def check_args(o) -> None:

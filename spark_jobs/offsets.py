@@ -140,7 +140,7 @@ def resolve_offsets(
     the log start is lost data: an error, or moved up to the log start when
     ``fail_on_data_loss`` is off (Spark's ``failOnDataLoss``). An ending offset past the log
     end is an error too, or moved down to the log end; a starting one past the log end is kept
-    (the range is then empty), as Spark's reader finds no records there.
+    (``plan_ranges`` fails a start after a resolved end, as Spark's batch read does).
     """
     if isinstance(spec, int):
         chosen = {p: spec for p in latest}

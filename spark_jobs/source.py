@@ -225,7 +225,15 @@ def plan_ranges(opts: _Options) -> list[OffsetRange]:
                                     fail_on_data_loss=opts.fail_on_data_loss)
             end = resolve_offsets(ending, topic, earliest, latest, ending=True,
                                   fail_on_data_loss=opts.fail_on_data_loss)
-            for p in sorted(latest):  # a start after the end (resolved) reads nothing, as in Spark
+            for p in sorted(latest):
+                # Spark's batch read ("kafka" is in spark.sql.sources.useV1SourceList by default:
+                # KafkaSourceRDD.compute) asserts this once the end is resolved; only an explicit
+                # end past the log end, cut to it by failOnDataLoss=false, reads nothing instead.
+                explicit = ending.get(topic, {}).get(p, LATEST) if isinstance(ending, dict) else LATEST
+                if start[p] > end[p] and explicit <= latest[p]:
+                    raise ValueError(f"Beginning offset {start[p]} is after the ending offset {end[p]} for topic "
+                                     f"{topic} partition {p}. You either provided an invalid fromOffset, or the "
+                                     "Kafka topic has been damaged")
                 ranges.append(OffsetRange(topic, p, start[p], end[p]))
     return split_ranges(ranges, opts.max_offsets_per_split, opts.min_partitions)
 

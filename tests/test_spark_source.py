@@ -137,11 +137,18 @@ def test_options_as_sparks_kafka_source(spark, broker, loaded):  # noqa: F811
     assert r().option("subscribePattern", "^no-such-topic-").load().count() == 0
     with pytest.raises(Exception, match="Only one of the following options"):
         r().option("subscribe", topic).option("assign", json.dumps({topic: [0]})).load().count()
-    # Past the log end: a start reads nothing; an end fails the read unless failOnDataLoss=false.
+    # Past the log end: an end fails the read unless failOnDataLoss=false (then a start past it
+    # too reads nothing); a start past the resolved end fails as Spark's KafkaSourceRDD asserts.
     assert offsets(startingOffsets=json.dumps({topic: {"0": 25, "1": 18, "2": -2}}),
                    endingOffsets=json.dumps({topic: {"0": 30, "1": 40, "2": 2}}), failOnDataLoss="false") == \
         [(1, 18), (1, 19), (2, 0), (2, 1)]
-    assert offsets(startingOffsets=json.dumps({topic: {"0": 25, "1": 19, "2": 20}})) == [(1, 19)]
+    assert offsets(startingOffsets=json.dumps({topic: {"0": 20, "1": 19, "2": 20}})) == [(1, 19)]
+    for failOnDataLoss in ("true", "false"):
+        with pytest.raises(Exception, match="Beginning offset 25 is after the ending offset 20 for topic"):
+            offsets(startingOffsets=json.dumps({topic: {"0": 25, "1": 19, "2": 20}}), failOnDataLoss=failOnDataLoss)
+        with pytest.raises(Exception, match="Beginning offset 19 is after the ending offset 10 for topic"):
+            offsets(startingOffsets=json.dumps({topic: {"0": 19, "1": 0, "2": 0}}), endingTimestamp=str(t0 + 10),
+                    failOnDataLoss=failOnDataLoss)
 
 
 def test_log_append_time_topics_report_the_brokers_time(spark, broker):  # noqa: F811

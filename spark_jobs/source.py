@@ -122,8 +122,9 @@ class _Options:
         elif strategies == ["assign"]:
             self.assign = _parse_assign(str(opts["assign"]))
         else:
-            topics = opts.get("subscribe") or opts.get("topic") or default_topic
-            if not topics:
+            # an empty subscribe is Spark's "No topics" error below, not the default topic
+            topics = opts["subscribe"] if "subscribe" in opts else opts.get("topic") or default_topic
+            if topics is None:
                 raise ValueError("One of the following options must be specified for Kafka source: "
                                  "subscribe, subscribepattern, assign. See the docs for more details.")
         # Each topic once, as Spark's SubscribeStrategy reads a set of topic-partitions.

@@ -32,6 +32,7 @@ from protocol.messages.metadata_response import (  # noqa: E402
 from protocol.records import build_batch  # noqa: E402
 from spark_jobs.kafka_io import Cluster, DataLossError  # noqa: E402
 from spark_jobs.offsets import OffsetRange  # noqa: E402
+from spark_jobs.source import source_options  # noqa: E402
 from tests.raw_client import RawClient  # noqa: E402
 from tests.test_produce_support import produce  # noqa: E402
 
@@ -106,8 +107,11 @@ def test_options_as_sparks_kafka_source(spark, broker, loaded):  # noqa: F811
     t0 = min(ts for *_, ts in expected.values())
     assert "headers" not in read(spark, broker.bootstrap, topic).columns
     assert read(spark, broker.bootstrap, f"{topic}, {topic}").count() == 60
-    with pytest.raises(Exception, match="No topics to subscribe"):
-        read(spark, broker.bootstrap, " , ").count()
+    for nothing in (" , ", ""):
+        with pytest.raises(Exception, match="No topics to subscribe"):
+            read(spark, broker.bootstrap, nothing).count()
+    with pytest.raises(ValueError, match="No topics to subscribe"):  # not the state topic
+        source_options({"kafka.bootstrap.servers": broker.bootstrap, "subscribe": ""})
     for partial in ({topic: {"0": 5}}, {topic: {"0": 0, "1": 0, "2": 0}, "other": {"0": 0}}):
         with pytest.raises(Exception, match="must specify all TopicPartitions"):
             read(spark, broker.bootstrap, topic, startingOffsets=json.dumps(partial)).count()

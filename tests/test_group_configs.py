@@ -217,3 +217,13 @@ def test_broker_startup_checks_in_kafkas_order(props, message):
     with pytest.raises(ValueError) as e:
         bd.validate_broker_config(props)
     assert str(e.value) == message
+
+
+def test_share_assignor_by_its_kafka_class_name():
+    """Kafka loads group.share.assignors entries other than "simple" by class name, so the
+    built-in assignor's own class is accepted (a lone one; with "simple" it makes two)."""
+    bd.validate_broker_config({"group.share.assignors": "org.apache.kafka.coordinator.group.assignor.SimpleAssignor"})
+    with pytest.raises(ValueError) as e:
+        bd.validate_broker_config(
+            {"group.share.assignors": "simple, org.apache.kafka.coordinator.group.assignor.SimpleAssignor"})
+    assert str(e.value) == "group.share.assignors must contain exactly one assignor, but found 2"

@@ -185,7 +185,8 @@ def _require(condition: bool, message: str) -> None:
 def _share_assignors(broker_config: Mapping[str, str]) -> list[str]:
     """``group.share.assignors`` as Kafka 4.2 reads it: a non-empty list without duplicates
     (ConfigDef.ValidList.anyNonDuplicateValues), each the built-in "simple" or a class name,
-    which kshare cannot load (GroupCoordinatorConfig.shareGroupAssignors)."""
+    which kshare cannot load unless it is the simple assignor's own class
+    (GroupCoordinatorConfig.shareGroupAssignors)."""
     name = "group.share.assignors"
     text = java_trim(broker_config.get(name, "simple"))
     values = [java_trim(v) for v in text.split(",")] if text else []
@@ -196,9 +197,13 @@ def _share_assignors(broker_config: Mapping[str, str]) -> list[str]:
     if "" in values:
         raise ValueError(f"Configuration '{name}' values must not be empty.")
     for value in values:
-        if value != "simple":
+        if value not in _SIMPLE_ASSIGNOR_NAMES:
             raise ValueError(f"Class {value} cannot be found")
     return values
+
+
+# The built-in assignor's short name, and its class, which Kafka loads by name like any other.
+_SIMPLE_ASSIGNOR_NAMES = ("simple", "org.apache.kafka.coordinator.group.assignor.SimpleAssignor")
 
 
 def _check_within(broker_config, name: str, min_name: str, max_name: str) -> None:

@@ -451,7 +451,8 @@ class BrokerConfig:
         """KafkaConfig.validateValues for a broker: the inter-broker listener
         (``inter.broker.listener.name``, else the one named after ``security.inter.broker.protocol``,
         AbstractKafkaConfig.getInterBrokerListenerNameAndSecurityProtocol) must be advertised, and every
-        advertised listener name must be one of ``listeners``'. Names compare upper-cased
+        advertised listener name must be one of ``listeners``', and there must be one at all
+        (validateAdvertisedBrokerListenersNonEmptyForBroker). Names compare upper-cased
         (ListenerName.normalised); those in ``controller.listener.names`` are not broker listeners."""
         def names(uris: list[str]) -> list[str]:
             return list(dict.fromkeys(u.partition("://")[0].strip().upper() for u in uris))
@@ -465,6 +466,9 @@ class BrokerConfig:
             raise ConfigError("Only one of inter.broker.listener.name and security.inter.broker.protocol should be "
                               "set.")
         inter = (by_name if by_name is not None else by_protocol or "PLAINTEXT").strip().upper()
+        roles = {r.strip().lower() for r in (self.static.get("process.roles") or "").split(",")}
+        _require(bool(advertised), "There must be at least one broker advertised listener."
+                 + (" Perhaps all listeners appear in controller.listener.names?" if "broker" in roles else ""))
         _require(inter in advertised, "inter.broker.listener.name must be a listener name defined in "
                  f"advertised.listeners. The valid options based on currently configured listeners are "
                  f"{','.join(advertised)}")

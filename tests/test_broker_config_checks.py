@@ -112,6 +112,14 @@ def test_log_dirs_are_lists_as_in_kafka_4_2(tmp_path):
       "listener.security.protocol.map": "CLIENT:PLAINTEXT,CONTROLLER:PLAINTEXT"},
      "requirement failed: inter.broker.listener.name must be a listener name defined in advertised.listeners. "
      "The valid options based on currently configured listeners are CLIENT"),
+    # every listener a controller one: Kafka's validateAdvertisedBrokerListenersNonEmptyForBroker
+    ({"listeners": "CONTROLLER://127.0.0.1:9093", "controller.listener.names": "CONTROLLER",
+      "listener.security.protocol.map": "CONTROLLER:PLAINTEXT"},
+     "requirement failed: There must be at least one broker advertised listener."),
+    ({"listeners": "CONTROLLER://127.0.0.1:9093", "controller.listener.names": "CONTROLLER",
+      "listener.security.protocol.map": "CONTROLLER:PLAINTEXT", "process.roles": "broker,controller"},
+     "requirement failed: There must be at least one broker advertised listener. Perhaps all listeners appear in "
+     "controller.listener.names?"),
     ({"inter.broker.listener.name": "PLAINTEXT", "security.inter.broker.protocol": "PLAINTEXT"},
      "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."),
 ])

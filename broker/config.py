@@ -384,7 +384,8 @@ def read_properties(path: Path) -> dict[str, str]:
     line ending in an odd number of backslashes continues on the next, escapes are decoded, and
     a value keeps its trailing blanks (Kafka trims the values of the properties it defines)."""
     props: dict[str, str] = {}
-    lines = iter(Path(path).read_text().splitlines())
+    # Properties.load(InputStream) reads ISO 8859-1 and ends lines at \r, \n or \r\n only
+    lines = iter(re.split(r"\r\n|\r|\n", Path(path).read_text(encoding="latin-1")))
     for raw in lines:
         line = raw.lstrip(_PROPERTIES_WHITESPACE)
         if not line or line[0] in "#!":

@@ -74,6 +74,9 @@ def test_properties_files_read_as_java_reads_them(tmp_path):
         "bare": "",
     }
     assert BrokerConfig(read_properties(path))["num.partitions"] == 3
+    # ISO 8859-1, and lines end only at \r, \n or \r\n (a form feed or U+2028 is data)
+    path.write_bytes(b"a=caf\xe9\r\nb=x\x0cy\rc=1\xe2\x80\xa82\n")
+    assert read_properties(path) == {"a": "caf\u00e9", "b": "x\x0cy", "c": "1\u00e2\u0080\u00a82"}
 
 
 def test_log_dirs_are_lists_as_in_kafka_4_2(tmp_path):

@@ -34,6 +34,22 @@ def invalid(name: str, value: Any, reason: str) -> ConfigError:
     return ConfigError(f"Invalid value {value} for configuration {name}: {reason}")
 
 
+def check_valid_list(name: str, values: list[str], allowed: tuple[str, ...] = (), *,
+                     empty_allowed: bool = True) -> None:
+    """Kafka 4.2's ``ConfigDef.ValidList`` (KIP-1161), in its order: a list not empty unless
+    ``empty_allowed`` (``anyNonDuplicateValues(false, ...)``), no repeats, then each item not
+    empty and, given ``allowed`` (``ValidList.in``), one of them."""
+    if not values and not empty_allowed:
+        raise ConfigError(f"Configuration '{name}' must not be empty. Valid values include: any non-empty value")
+    if len(set(values)) != len(values):
+        raise ConfigError(f"Configuration '{name}' values must not be duplicated.")
+    for v in values:
+        if not v:
+            raise ConfigError(f"Configuration '{name}' values must not be empty.")
+        if allowed and v not in allowed:
+            raise invalid(name, v, "String must be one of: " + ", ".join(allowed))
+
+
 def parse_typed(name: str, type_: int, raw: Any) -> Any:
     """Kafka's ``ConfigDef.parseType``: a property string to a typed value, or ConfigError."""
     if raw is None:
@@ -153,14 +169,6 @@ def parse_ip_overrides(raw: str) -> dict[str, int]:
     return out
 
 
-def _non_duplicate_list(name: str, values: list[str]) -> None:
-    """Kafka's ``ConfigDef.ValidList.anyNonDuplicateValues(false, ...)``: not empty, no repeats."""
-    if not values:
-        raise ConfigError(f"Configuration '{name}' must not be empty. Valid values include: any non-empty value")
-    if len(set(values)) != len(values):
-        raise ConfigError(f"Configuration '{name}' values must not be duplicated.")
-
-
 def _compression_type_id(value: int) -> None:
     """Kafka's ``CompressionType.forId``, which ShareCoordinatorConfig calls at start-up (the
     property itself has no range)."""
@@ -181,9 +189,9 @@ _DEFS: list[ConfigDef] = [
     _d("advertised.listeners", LIST, None, "Listeners published to clients; defaults to listeners."),
     # LIST since Kafka 4.2 (KIP-1161), without repeats; log.dirs may be unset (null), not empty.
     _d("log.dirs", LIST, None, "The data directory (kshare uses the first entry).",
-       validator=lambda v: _non_duplicate_list("log.dirs", v)),
+       validator=lambda v: check_valid_list("log.dirs", v, empty_allowed=False)),
     _d("log.dir", LIST, ["/tmp/kafka-logs"], "The data directory, used when log.dirs is not set.",
-       validator=lambda v: _non_duplicate_list("log.dir", v)),
+       validator=lambda v: check_valid_list("log.dir", v, empty_allowed=False)),
     _d("socket.request.max.bytes", INT, 104857600, "The largest request the broker accepts.", at_least=1),
     _d("socket.send.buffer.bytes", INT, 102400, "SO_SNDBUF of accepted sockets (-1: OS default)."),
     _d("socket.receive.buffer.bytes", INT, 102400, "SO_RCVBUF of accepted sockets (-1: OS default)."),

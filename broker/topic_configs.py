@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterable, Mapping
 from protocol.errors import ErrorCode, KafkaError
 
 from .config import (
-    BOOLEAN, DEFS, DOUBLE, INT, LIST, LONG, STRING, BrokerConfig, ConfigDef, ConfigError, invalid, parse_typed,
+    BOOLEAN, DEFS, DOUBLE, INT, LIST, LONG, STRING, BrokerConfig, ConfigDef, ConfigError, check_valid_list, invalid,
+    parse_typed,
 )
 
 LONG_MAX = (1 << 63) - 1
@@ -91,15 +92,7 @@ def one_of(*allowed: str) -> Validator:
 
 def each_one_of(*allowed: str) -> Validator:
     """Kafka 4.2's ConfigDef.ValidList.in (KIP-1161): no repeats, then each item non-empty and allowed."""
-    def check(name: str, values: list[str]) -> None:
-        if len(set(values)) != len(values):
-            raise ConfigError(f"Configuration '{name}' values must not be duplicated.")
-        for v in values:
-            if not v:
-                raise ConfigError(f"Configuration '{name}' values must not be empty.")
-            if v not in allowed:
-                raise invalid(name, v, "String must be one of: " + ", ".join(allowed))
-    return check
+    return lambda name, values: check_valid_list(name, values, allowed)
 
 
 def _gzip_level(name: str, value: int) -> None:

@@ -187,15 +187,12 @@ def _share_assignors(broker_config: Mapping[str, str]) -> list[str]:
     (ConfigDef.ValidList.anyNonDuplicateValues), each the built-in "simple" or a class name,
     which kshare cannot load unless it is the simple assignor's own class
     (GroupCoordinatorConfig.shareGroupAssignors)."""
+    from broker.config import check_valid_list  # (broker.config imports this module)
+
     name = "group.share.assignors"
     text = java_trim(broker_config.get(name, "simple"))
     values = [java_trim(v) for v in text.split(",")] if text else []
-    if not values:
-        raise ValueError(f"Configuration '{name}' must not be empty. Valid values include: any non-empty value")
-    if len(set(values)) != len(values):
-        raise ValueError(f"Configuration '{name}' values must not be duplicated.")
-    if "" in values:
-        raise ValueError(f"Configuration '{name}' values must not be empty.")
+    check_valid_list(name, values, empty_allowed=False)
     for value in values:
         if value not in _SIMPLE_ASSIGNOR_NAMES:
             raise ValueError(f"Class {value} cannot be found")

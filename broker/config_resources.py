@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
 
 from protocol.errors import ErrorCode, KafkaError
 
-from .config import DEFS, LIST, PASSWORD, ConfigError
+from .config import DEFS, LIST, PASSWORD, ConfigError, java_split
 from .topic_configs import (
     DEFAULT_CONFIG, DYNAMIC_BROKER_LOGGER_CONFIG, STATIC_BROKER_CONFIG, broker_layers, broker_synonym_names,
     describe_topic_configs, parse_typed, render, synonym_entries, topic_config_default, topic_config_type,
@@ -119,7 +119,7 @@ def apply_ops(current: Mapping[str, str], ops: Iterable[AlterOp], type_of: Calla
             if base is None:
                 base = default_of(op.name)
             items = [p for p in (base or "").split(",") if p]
-            for value in _java_split(op.value or ""):
+            for value in java_split(op.value, ",") if op.value else [""]:  # Java's "".split(",") is [""]
                 if op.op == APPEND:
                     if value not in items:
                         items.append(value)
@@ -413,13 +413,3 @@ class BrokerLoggerProvider:
 register_provider(TOPIC, TopicConfigProvider())
 register_provider(BROKER, BrokerConfigProvider())
 register_provider(BROKER_LOGGER, BrokerLoggerProvider())
-
-
-def _java_split(value: str) -> list[str]:
-    """Java's ``String.split(",")``, as Kafka splits an APPEND or SUBTRACT value: trailing
-    empty items are dropped (a leading or middle one is kept)."""
-    items = value.split(",")
-    if len(items) > 1:  # "" has no separator to split at and stays [""]
-        while items and not items[-1]:
-            items.pop()
-    return items

@@ -12,6 +12,7 @@ back is never listed).
 
 from __future__ import annotations
 
+from coordinator.group.broker_defaults import java_trim
 from protocol.errors import ErrorCode
 from protocol.messages.list_groups_response import ListedGroup, ListGroupsResponse
 
@@ -19,7 +20,6 @@ API_KEY = 16
 MIN_VERSION, MAX_VERSION = 0, 5
 
 SHARE = "share"  # ShareGroup.PROTOCOL_TYPE and GroupType.SHARE's name
-_JAVA_TRIM = "".join(map(chr, range(0x21)))  # String.trim: every char up to U+0020, and no other
 
 
 def _matches(state: str, states: set[str], types: set[str]) -> bool:
@@ -32,7 +32,7 @@ async def handle(ctx, req) -> ListGroupsResponse:
     if listed is None:
         return ListGroupsResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
     v = ctx.api_version
-    states = {s.lower().strip(_JAVA_TRIM) for s in req.states_filter} if v >= 4 else set()
+    states = {java_trim(s.lower()) for s in req.states_filter} if v >= 4 else set()
     types = {t.lower() for t in req.types_filter} if v >= 5 else set()
     groups = [
         ListedGroup(group_id=group_id, protocol_type=SHARE, group_state=state, group_type=SHARE)

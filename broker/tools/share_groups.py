@@ -30,6 +30,7 @@ import sys
 import time
 from typing import TextIO
 
+from coordinator.group.broker_defaults import java_trim
 from protocol.errors import ErrorCode, KafkaError
 
 from ..config import java_split
@@ -42,7 +43,6 @@ SHARE_STATES = (DEAD, EMPTY, STABLE)
 ACTIONS = ("list", "describe", "delete", "reset_offsets", "delete_offsets")
 SCENARIOS = ("to_datetime", "by_duration", "to_earliest", "to_latest", "to_offset")
 _NOT_GIVEN = object()
-_JAVA_TRIM = "".join(map(chr, range(33)))  # what String.trim() removes
 
 
 class UsageError(Exception):
@@ -279,7 +279,7 @@ def parse_states(text: str) -> list[str]:
     by_upper = {s.upper(): s for s in SHARE_STATES}
     states = []
     for part in java_split(text, ","):
-        state = by_upper.get(part.strip(_JAVA_TRIM).upper())
+        state = by_upper.get(java_trim(part).upper())
         if state is None:
             raise UsageError(f"Invalid state list '{text}'. Valid states are: {', '.join(SHARE_STATES)}")
         states.append(state)

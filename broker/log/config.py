@@ -76,9 +76,8 @@ class LogConfig:
     def max_segment_ms(self) -> int:
         """How long a segment may stay active: segment.ms, or max.compaction.lag.ms if shorter
         on a compacted topic (Kafka's LogConfig.maxSegmentMs)."""
-        if self.compacts and self.max_compaction_lag_ms > 0:
-            return min(self.max_compaction_lag_ms, self.segment_ms)
-        return self.segment_ms
+        lag = self.max_compaction_lag_ms  # compared first: this runs on every append
+        return lag if 0 < lag < self.segment_ms and self.compacts else self.segment_ms
 
     @property
     def compression_level(self) -> int | None:

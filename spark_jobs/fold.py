@@ -90,9 +90,11 @@ def replay_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch
     """``mapInArrow`` body: the state every key of the partition's rows ends in, replayed as
     one ``ShareCoordinatorShard`` replays them in order of state partition, key and offset
     (``replay_table``)."""
-    batches = list(batches)  # none for a Spark partition without rows
-    table = pa.Table.from_batches(batches) if batches else None
-    if table is not None and table.num_rows:
+    batches = list(batches)
+    if not batches:  # a Spark partition without rows
+        return
+    table = pa.Table.from_batches(batches)
+    if table.num_rows:
         out = replay_table(table)
         if out is not None:
             yield out

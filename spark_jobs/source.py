@@ -100,7 +100,7 @@ class _Options:
     """The source options, validated on the driver and shipped to the tasks."""
 
     def __init__(self, options, default_topic: str | None) -> None:
-        opts = {str(k).lower(): v for k, v in dict(options).items()}
+        opts = _lowered(options)
         self.bootstrap = opts.get("kafka.bootstrap.servers") or opts.get("bootstrap.servers")
         if not self.bootstrap:
             raise ValueError("option kafka.bootstrap.servers (host:port[,host:port...]) is required")
@@ -189,6 +189,11 @@ def _parse_assign(text: str) -> dict[str, set[int]]:
     except (ValueError, TypeError, AttributeError):
         pass
     raise ValueError(f'Expected e.g. {{"topicA":[0,1],"topicB":[0,1]}}, got {text}')
+
+
+def _lowered(options) -> dict:
+    """The options with their names lower-cased: Spark's option names are case-insensitive."""
+    return {str(k).lower(): v for k, v in dict(options).items()}
 
 
 def _boolean(opts: dict, key: str, default: bool) -> bool:
@@ -325,7 +330,7 @@ class KafkaSource(DataSource):
         return "kshare-kafka"
 
     def schema(self) -> StructType:
-        include = _boolean({str(k).lower(): v for k, v in dict(self.options).items()}, "includeheaders", False)
+        include = _boolean(_lowered(self.options), "includeheaders", False)
         return KAFKA_SCHEMA if include else _KAFKA_SCHEMA_NO_HEADERS
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -375,16 +380,18 @@ class _KafkaColumns:
         self.topics.extend([topic] * n)
         self.partitions.extend([partition] * n)
         self.timestamp_types.extend([ts_type] * n)
+        headers = self.include_headers  # without includeHeaders nothing is collected for them
         hk, hv, ho = self.header_keys, self.header_values, self.header_offsets
         for rec in records:
             self.keys.append(rec.key)
             self.values.append(rec.value)
             self.offsets.append(rec.offset)
             self.timestamps.append(rec.timestamp * 1000)
-            for k, v in rec.headers:
-                hk.append(k)
-                hv.append(v)
-            ho.append(len(hk))
+            if headers:
+                for k, v in rec.headers:
+                    hk.append(k)
+                    hv.append(v)
+                ho.append(len(hk))
         self.n += n
 
     def take(self) -> pa.RecordBatch:

@@ -115,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
            "This option may be used with the '--describe' option only.")
     a("--help", action="store_true", help="Print usage information.")
     a("--version", action="store_true", help="Display the kshare version.")
+    p.set_defaults(given={})  # every value given to each option: main fills it (values_given)
     return p
 
 
@@ -179,7 +180,7 @@ def _multiple(name: str) -> str:
 
 def single_value(o, name: str) -> None:
     """Kafka's tool reads ``name`` with ``valueOf``: a repeated value fails (as a Throwable)."""
-    if len(getattr(o, "given", {}).get(name, ())) > 1:
+    if len(o.given.get(name, ())) > 1:
         raise CommandError(f"Executing share group command failed due to {_multiple(name)}")
 
 
@@ -189,7 +190,7 @@ def convert_longs(o) -> None:
     read with valueOf, --to-offset's first value is used."""
     for dest in ("timeout", "to_offset"):
         name = dest.replace("_", "-")
-        texts = getattr(o, "given", {}).get(name) or ([] if getattr(o, dest) is None else [getattr(o, dest)])
+        texts = o.given.get(name) or ([] if getattr(o, dest) is None else [getattr(o, dest)])
         values = []
         for text in texts:
             value = java_integer(str(text), 64)
@@ -225,7 +226,7 @@ def check_args(o) -> None:
         if sum(_has(o, d) for d in ("members", "offsets", "state")) > 1:
             raise UsageError(f"Option {_opt('describe')} takes at most one of these options: "
                              f"{_opt('members')}, {_opt('offsets')}, {_opt('state')}")
-        if len(getattr(o, "given", {}).get("state", ())) > 1:  # valueOf in checkArgs
+        if len(o.given.get("state", ())) > 1:  # valueOf in checkArgs
             raise UsageError(_multiple("state"))
         if _has(o, "state") and o.state is not None:
             raise UsageError(f"Option {_opt('describe')} does not take a value for {_opt('state')}")

@@ -64,12 +64,12 @@ RETRIABLE = frozenset({
 })
 
 _SIZE = struct.Struct(">i")
+Node = tuple[str, int]
 
 
 def _exp_max(initial_ms: int, max_ms: int) -> float:
     """ExponentialBackoff's expMax: the exponent that reaches the maximum."""
     return math.log2(max_ms / max(initial_ms, 1)) if max_ms > initial_ms else 0
-Node = tuple[str, int]
 
 
 class ConnectionFailed(Exception):

@@ -53,6 +53,18 @@ def params(max_wait_ms: int, max_records: int = 500, batch_size: int = 500) -> F
                        batch_size=batch_size)
 
 
+async def hand_clock_share_partition(b: Broker):
+    """Group g's share partition of a new topic t (it starts at the log end, 0) on a manager
+    whose clock the test moves by hand (``now[0]``), far ahead of the loop's so real lock
+    timers never fire: (manager, now, topic id)."""
+    manager = b.share_manager
+    now = [asyncio.get_running_loop().time() * 1000 + 10**9]
+    manager._now = lambda: now[0]
+    topic_id = b.topics.create("t", 1).topic_id
+    await share_partition(b, "g", topic_id, 0, "t")
+    return manager, now, topic_id
+
+
 async def produce(b: Broker, topic: str, values: list[bytes], partition: int = 0) -> None:
     conn = type("Conn", (), {"peer": ("127.0.0.1", 1), "close": lambda self: None})()
     request = produce_request(topic, batch(values), partition=partition)
@@ -432,12 +444,8 @@ async def test_a_lock_expiry_written_after_a_later_acknowledgement_does_not_move
     then carried the SPSO from before the expiry, 0: the stored start went back to 0 with
     nothing stored for 1-2, and after a restart they were delivered again as new records."""
     async with running_broker(tmp_path, {"group.share.delivery.count.limit": "2"}) as b:
-        manager = b.share_manager
-        now = [asyncio.get_running_loop().time() * 1000 + 10**9]  # far ahead: real timers never fire
-        manager._now = lambda: now[0]
-        topic_id = b.topics.create("t", 1).topic_id
+        manager, now, topic_id = await hand_clock_share_partition(b)
         tp = (topic_id, 0)
-        await share_partition(b, "g", topic_id, 0, "t")  # starts at the log end, 0
         for value in (b"a", b"b", b"c", b"d"):
             await produce(b, "t", [value])  # offsets 0-3, a batch each
         leader = manager._leaders[("g", topic_id, 0)]
@@ -555,12 +563,8 @@ async def test_a_lock_expiry_is_written_with_the_start_offset_before_it_moves(tm
     records archived at the delivery limit are written with StartOffset 0 and
     DeliveryCompleteCount 3, and the stored start stays 0 until a later write."""
     async with running_broker(tmp_path, {"group.share.delivery.count.limit": "2"}) as b:
-        manager = b.share_manager
-        now = [asyncio.get_running_loop().time() * 1000 + 10**9]  # far ahead: real timers never fire
-        manager._now = lambda: now[0]
-        topic_id = b.topics.create("t", 1).topic_id
+        manager, now, topic_id = await hand_clock_share_partition(b)
         tp = (topic_id, 0)
-        await share_partition(b, "g", topic_id, 0, "t")  # starts at the log end, 0
         await produce(b, "t", [b"a", b"b", b"c"])  # offsets 0-2, one batch
         leader = manager._leaders[("g", topic_id, 0)]
         for delivery in (1, 2):

@@ -135,7 +135,9 @@ def test_the_coordinators_prune_of_a_deleted_groups_tombstones(spark, broker_fac
     assert r2.export.rebuilt and r2.notes
 
 
-def test_a_prune_during_the_read_plans_the_partition_again(spark, broker, tmp_path, monkeypatch):  # noqa: F811
+def two_snapshots(broker):
+    """A copy of a state topic holding snapshots of keys ga and gb of one data topic (offsets
+    0 and 1): (copy, data topic id, ga, gb)."""
     data, copy = unique("data"), unique("state-copy")
     ga, gb = unique("ga"), unique("gb")
     with RawClient(broker.bootstrap) as c:
@@ -143,6 +145,11 @@ def test_a_prune_during_the_read_plans_the_partition_again(spark, broker, tmp_pa
         create_topic(c, copy, 1)
         produce_state_records(c, copy, 0, [snapshot(ga, tid, 0, start=0)])          # 0
         produce_state_records(c, copy, 0, [snapshot(gb, tid, 0, start=0)])          # 1
+    return copy, tid, ga, gb
+
+
+def test_a_prune_during_the_read_plans_the_partition_again(spark, broker, tmp_path, monkeypatch):  # noqa: F811
+    copy, tid, ga, gb = two_snapshots(broker)
     export_dir = tmp_path / "export"
     export_share_state(spark, broker.bootstrap, export_dir, topic=copy)
     with RawClient(broker.bootstrap) as c:
@@ -246,13 +253,7 @@ def test_a_prune_after_newer_snapshots_reads_the_partition_up_to_its_new_end(
     snapshot, or the update count) and prunes: to gb's old snapshot (1), or past both old ones
     (2, the planned end). The state is in the records after the planned end: reading the
     partition again only up to that end would lose ga (and gb)."""
-    data, copy = unique("data"), unique("state-copy")
-    ga, gb = unique("ga"), unique("gb")
-    with RawClient(broker.bootstrap) as c:
-        tid = create_topic(c, data, 1)
-        create_topic(c, copy, 1)
-        produce_state_records(c, copy, 0, [snapshot(ga, tid, 0, start=0)])          # 0
-        produce_state_records(c, copy, 0, [snapshot(gb, tid, 0, start=0)])          # 1
+    copy, tid, ga, gb = two_snapshots(broker)
     real = export_mod._pack
     pruned = []
 

@@ -33,6 +33,7 @@ from tests.test_share_state_support import (
     acquired,
     batches_of,
     create_topic,
+    delete_state,
     fetch_until,
     initialize,
     log_start,
@@ -184,6 +185,29 @@ def test_pruning_deletes_superseded_segments_and_the_state_survives_it(broker_fa
     b.start()
     with RawClient(b.bootstrap) as c:
         assert_state(c, "g", t, 0, 1490, written)
+
+
+def test_pruning_a_partition_whose_keys_were_all_deleted_keeps_the_last_tombstone(broker_factory):
+    """Kafka's ShareCoordinatorOffsetsManager.updateState counts a tombstone's offset before it
+    forgets the key: once no key is left, the last redundant offset is that tombstone's, so
+    the log start moves up to it and the tombstone stays readable."""
+    b = broker_factory(PRUNING)
+    with RawClient(b.bootstrap) as c:
+        t = create_topic(c, "t")
+        sp = state_partition("g", t, 0)
+        assert only(initialize(c, "g", t, 0, state_epoch=1, start_offset=0)).error_code == 0
+        for i in range(3):
+            assert only(write_state(c, "g", t, 0, state_epoch=1, start_offset=i + 1)).error_code == 0
+        assert only(delete_state(c, "g", t, 0)).error_code == 0
+        tombstone_offset = state_records(c, sp)[-1][0]
+        deadline = time.monotonic() + 20
+        while log_start(c, sp) == 0:
+            assert time.monotonic() < deadline, state_records(c, sp)
+            time.sleep(0.05)
+        time.sleep(0.3)  # a few more prune rounds: they do not move past the tombstone
+        assert log_start(c, sp) == tombstone_offset
+        [(offset, key, value)] = state_records(c, sp)
+        assert (offset, isinstance(key, ShareSnapshotKey), value) == (tombstone_offset, True, None)
 
 
 def test_an_idle_key_gets_cold_snapshots_and_does_not_hold_back_pruning(broker_factory):

@@ -427,11 +427,14 @@ class ShareCoordinatorShard:
         """Records below this offset are superseded: the log may be truncated up to it.
 
         It is the offset of the oldest record any key still needs (its latest snapshot; its
-        later updates come after it). ``None`` while nothing is redundant."""
+        later updates come after it). When no key is left, it is the offset of the last record,
+        the tombstone that deleted the last key: as Kafka's ShareCoordinatorOffsetsManager,
+        which counts a tombstone's offset before it forgets the key, the log keeps that
+        tombstone. ``None`` while nothing is redundant."""
         if self._needed_from:
             value = min(self._needed_from.values())
         elif self._last_offset >= 0:
-            value = self._last_offset + 1   # only tombstones and deleted state remain
+            value = self._last_offset
         else:
             return None
         return value if value > 0 else None

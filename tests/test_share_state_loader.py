@@ -399,6 +399,16 @@ def test_summary_delete_and_initialize_check_the_coordinator_runs_before_the_req
                                                    "Share coordinator is not available.")
 
 
+def test_an_initialize_without_a_group_id_is_answered_empty_before_any_state_partition():
+    """ShareCoordinatorService.initializeState answers an empty group id with an empty response
+    once the coordinator runs, before scheduling anything on a state partition: a partition
+    still loading (or not coordinated) does not turn it into per-partition errors."""
+    svc = ShareCoordinatorService(num_partitions=1)
+    for mark in (svc.set_loading, svc.set_failed, svc.set_loaded):
+        mark(0)
+        assert run(svc.initialize_state(init("", T1, 0))).results == []
+
+
 def test_a_topic_named_twice_is_one_topic():
     """Kafka keys a state RPC's work by topic id and partition: a topic named twice is written
     once per partition and answered as one topic."""

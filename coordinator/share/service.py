@@ -233,16 +233,17 @@ class ShareCoordinatorService:
 
     async def _run(self, request, api: _Api, op):
         # ShareCoordinatorService's order: read and write answer a request naming nothing before
-        # checking that the coordinator runs, summary and delete after; initialize needs topics
-        # only (one without partitions just gets no result).
+        # checking that the coordinator runs, the others after; initialize needs a group id and
+        # topics only (one without partitions just gets no result).
         if not request.topics:
             return api.response()
-        incomplete = any(not t.partitions for t in request.topics) or not request.group_id
-        if incomplete and (api is READ or api is WRITE):
+        no_group = not request.group_id
+        no_partitions = any(not t.partitions for t in request.topics)
+        if (no_group or no_partitions) and (api is READ or api is WRITE):
             return api.response()
         if not self.active:
             return error_response(api, request, ErrorCode.COORDINATOR_NOT_AVAILABLE, NOT_ACTIVE_MESSAGE)
-        if incomplete and api is not INITIALIZE:
+        if no_group or (no_partitions and api is not INITIALIZE):
             return api.response()
         responses: list = []
         pending: list[tuple[int, int, object, list[int]]] = []  # (index, state partition, sub, offsets)

@@ -423,6 +423,28 @@ def test_a_topic_named_twice_is_one_topic():
     assert sorted(r.key.partition for records in journal.appended for r in records) == [0, 1]
 
 
+def test_a_partition_named_twice_is_handled_twice_and_answered_once():
+    """Kafka's futureMap holds one future per topic id and partition, the last one scheduled:
+    both writes are made, in order, and the answer has the partition once, with the last
+    outcome (here the second write, fenced after the first moved the state epoch up)."""
+    journal = FailingJournal()
+    svc = ShareCoordinatorService(num_partitions=1, journal=journal)
+    req = ireq.InitializeShareGroupStateRequest(group_id="g", topics=[
+        ireq.InitializeStateData(topic_id=T1, partitions=[ireq.PartitionData(partition=0, start_offset=0),
+                                                          ireq.PartitionData(partition=1, start_offset=0)]),
+        ireq.InitializeStateData(topic_id=T1, partitions=[ireq.PartitionData(partition=0, start_offset=4)])])
+    resp = run(svc.initialize_state(req))
+    assert [(t.topic_id, [(p.partition, p.error_code) for p in t.partitions]) for t in resp.results] == \
+        [(T1, [(0, 0), (1, 0)])]
+    assert [r.key.partition for records in journal.appended for r in records] == [0, 1, 0]
+    assert svc.shard(0).state(SharePartitionKey("g", T1, 0)).start_offset == 4
+    req = ireq.InitializeShareGroupStateRequest(group_id="g", topics=[
+        ireq.InitializeStateData(topic_id=T1, partitions=[ireq.PartitionData(partition=0, state_epoch=s)
+                                                          for s in (3, 2)])])
+    [t] = run(svc.initialize_state(req)).results
+    assert [(p.partition, p.error_code) for p in t.partitions] == [(0, ErrorCode.FENCED_STATE_EPOCH)]
+
+
 def test_initialize_with_state_epoch_minus_one_is_not_fenced():
     """Kafka's maybeGetInitializeStateError fences only a state epoch that is not -1."""
     svc = ShareCoordinatorService(num_partitions=4)

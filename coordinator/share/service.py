@@ -282,7 +282,10 @@ class ShareCoordinatorService:
             for (i, _, sub, _), outcome in zip(pending, outcomes):
                 if isinstance(outcome, BaseException):
                     responses[i] = self._write_failed(api, sub, outcome)
-        return _merge(responses)
+        merged = _merge(responses)
+        if len(request.topics) > 1 or len(request.topics[0].partitions) > 1:
+            _one_per_partition(merged)
+        return merged
 
     @staticmethod
     def _write_failed(api: _Api, sub, e: BaseException):
@@ -305,6 +308,17 @@ async def _outcome(aw):
         return await aw
     except Exception as e:
         return e
+
+
+def _one_per_partition(response) -> None:
+    """Keep each topic's last result for a partition named more than once, where its first
+    was: Kafka keys a request's work by topic id and partition, so such a partition is
+    handled once per mention and answered once, with the last outcome."""
+    for t in response.results:
+        if len(t.partitions) > 1:
+            last = {p.partition: p for p in t.partitions}
+            if len(last) < len(t.partitions):
+                t.partitions = list(last.values())
 
 
 def _merge(responses: list):

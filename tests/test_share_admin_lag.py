@@ -23,6 +23,7 @@ from broker.broker import Broker
 from broker.config import BrokerConfig
 from broker.context import RequestContext
 from broker.handlers import alter_share_group_offsets as alter_handler
+from broker.handlers import delete_groups as delete_groups_handler
 from broker.handlers import describe_share_group_offsets as describe_handler
 from broker.handlers import produce as produce_handler
 from broker.log.memory import MemoryLogStore
@@ -33,6 +34,7 @@ from protocol.messages.alter_share_group_offsets_request import (
     AlterShareGroupOffsetsRequestPartition,
     AlterShareGroupOffsetsRequestTopic,
 )
+from protocol.messages.delete_groups_request import DeleteGroupsRequest
 from protocol.messages.describe_share_group_offsets_request import (
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsRequestGroup,
@@ -307,3 +309,30 @@ def test_a_partition_whose_log_is_gone_has_its_own_error(local, monkeypatch):
     assert g.error_code == 0
     (p,) = g.topics[0].partitions
     assert (p.error_code, p.error_message) == (3, "This server does not host this topic-partition.")
+
+
+def test_a_persister_failing_one_group_deletion_fails_only_that_group(local, monkeypatch):
+    """GroupCoordinatorService.deleteShareGroup turns a DeleteShareGroupState that fails
+    outright into that group's error (Errors.forException: UNKNOWN_SERVER_ERROR); the other
+    groups of the request are still deleted."""
+    local.loop.run_until_complete(run_ops(local, []))
+    failing = f"lag-group-{next(_names) - 1}"
+    local.loop.run_until_complete(run_ops(local, []))
+    other = f"lag-group-{next(_names) - 1}"
+    runtime = local.broker.group_coordinator
+    real = runtime._persister()
+
+    class FailingFor:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        async def delete_state(self, group_id, pairs):
+            if group_id == failing:
+                raise RuntimeError("disk on fire")
+            return await real.delete_state(group_id, pairs)
+
+    monkeypatch.setattr(runtime, "_persister", FailingFor)
+    resp = local.loop.run_until_complete(delete_groups_handler.handle(
+        ctx(local.broker, 42, 2), DeleteGroupsRequest(groups_names=[failing, other])))
+    assert {r.group_id: r.error_code for r in resp.results} == {failing: ErrorCode.UNKNOWN_SERVER_ERROR, other: 0}
+    assert runtime.coordinator.has_group(failing) and not runtime.coordinator.has_group(other)

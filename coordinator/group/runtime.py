@@ -491,7 +491,13 @@ class GroupCoordinatorRuntime:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
 
     async def _delete_state(self, request: StateRequest) -> None:
-        results = await self._persister().delete_state(request.group_id, request.pairs())
+        try:
+            results = await self._persister().delete_state(request.group_id, request.pairs())
+        except KafkaError:
+            raise
+        except Exception:  # GroupCoordinatorService.deleteShareGroup: this group's error, not the request's
+            log.exception("deleting the share state of group %s failed", request.group_id)
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR) from None
         for (topic_id, partition), (code, message) in sorted(results.items()):
             if code:
                 log.error("deleting the share state of %s-%d for group %s failed: %s %s", topic_id, partition,

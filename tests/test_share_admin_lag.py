@@ -24,6 +24,7 @@ from broker.config import BrokerConfig
 from broker.context import RequestContext
 from broker.handlers import alter_share_group_offsets as alter_handler
 from broker.handlers import delete_groups as delete_groups_handler
+from broker.handlers import delete_share_group_offsets as delete_offsets_handler
 from broker.handlers import describe_share_group_offsets as describe_handler
 from broker.handlers import produce as produce_handler
 from broker.log.memory import MemoryLogStore
@@ -35,6 +36,10 @@ from protocol.messages.alter_share_group_offsets_request import (
     AlterShareGroupOffsetsRequestTopic,
 )
 from protocol.messages.delete_groups_request import DeleteGroupsRequest
+from protocol.messages.delete_share_group_offsets_request import (
+    DeleteShareGroupOffsetsRequest,
+    DeleteShareGroupOffsetsRequestTopic,
+)
 from protocol.messages.describe_share_group_offsets_request import (
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsRequestGroup,
@@ -336,3 +341,32 @@ def test_a_persister_failing_one_group_deletion_fails_only_that_group(local, mon
         ctx(local.broker, 42, 2), DeleteGroupsRequest(groups_names=[failing, other])))
     assert {r.group_id: r.error_code for r in resp.results} == {failing: ErrorCode.UNKNOWN_SERVER_ERROR, other: 0}
     assert runtime.coordinator.has_group(failing) and not runtime.coordinator.has_group(other)
+
+
+def test_a_failing_persister_fails_delete_offsets_with_the_codes_default_message(local, monkeypatch):
+    """GroupCoordinatorService.deleteShareGroupOffsetsState answers a DeleteShareGroupState that
+    fails outright with getErrorDeleteResponseData(Errors.forException(e)): the code (or
+    UNKNOWN_SERVER_ERROR) and that code's default message, whatever the exception said."""
+    runtime = local.broker.group_coordinator
+    real = runtime._persister()
+    for error, code, message in [
+        (RuntimeError("disk on fire"), ErrorCode.UNKNOWN_SERVER_ERROR,
+         "The server experienced an unexpected error when processing the request."),
+        (KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "not now"), ErrorCode.COORDINATOR_NOT_AVAILABLE,
+         "The coordinator is not available."),
+    ]:
+        local.loop.run_until_complete(run_ops(local, []))
+        n = next(_names) - 1
+
+        class Failing:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            async def delete_state(self, group_id, pairs, error=error):
+                raise error
+
+        monkeypatch.setattr(runtime, "_persister", Failing)
+        resp = local.loop.run_until_complete(delete_offsets_handler.handle(
+            ctx(local.broker, 92, 0), DeleteShareGroupOffsetsRequest(
+                group_id=f"lag-group-{n}", topics=[DeleteShareGroupOffsetsRequestTopic(topic_name=f"lag-{n}")])))
+        assert (resp.error_code, resp.error_message, resp.responses) == (code, message, [])

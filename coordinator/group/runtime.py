@@ -660,9 +660,9 @@ class GroupCoordinatorRuntime:
         pairs = [(t, p) for t, (_, ps) in sorted(step.to_delete.items()) for p in sorted(ps)]
         try:
             results = await self._persister().delete_state(group_id, pairs)
-        except Exception as e:
+        except Exception as e:  # Kafka answers Errors.forException(e) with the code's default message
             log.exception("deleting share state of group %s failed", group_id)
-            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(e)) from None
+            raise KafkaError(e.code if isinstance(e, KafkaError) else ErrorCode.UNKNOWN_SERVER_ERROR) from None
         finally:
             if invalidate is not None:
                 invalidate(group_id, pairs)

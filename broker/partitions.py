@@ -8,10 +8,11 @@ which wakes long-polling fetches (and anyone else who waits for new data).
 
 Append of one produced batch, in Kafka's order (ReplicaManager, Partition, UnifiedLog,
 LogValidator, ProducerStateManager): transactional batches are refused (no transactions yet),
-acks=-1 with min.insync.replicas > 1, max.message.bytes, keys on compacted topics, timestamps,
-the rewrite into the topic's compression.type when it names another codec than the batch's
-(and max.message.bytes again on the result), segment.bytes, then the producer checks, then the
-write, then the producer-state update. With compression.type=producer (the default) or a
+acks=-1 with min.insync.replicas > 1, the base offset, max.message.bytes, the CRC, the header's
+counts, control flag and sequence, keys on compacted topics, timestamps, the rewrite into the
+topic's compression.type when it names another codec than the batch's (and max.message.bytes
+again on the result), segment.bytes, then the producer checks, then the write, then the
+producer-state update. With compression.type=producer (the default) or a
 matching codec the batch is stored as sent, with no per-record work.
 
 Timestamps are checked from the batch header on the hot path (``baseTimestamp`` is the first
@@ -38,9 +39,13 @@ from typing import TYPE_CHECKING, Callable
 
 from protocol.errors import ErrorCode
 from protocol.records import (
-    CorruptRecordError,
+    ATTRIBUTES_OFFSET,
     NO_TIMESTAMP,
+    TRANSACTIONAL_FLAG,
+    CorruptRecordError,
     InvalidRecordError,
+    check_base_offset,
+    check_client_batch,
     check_record_framing,
     iter_records,
     parse_header,
@@ -164,25 +169,35 @@ class Partitions:
         topic: Topic,
         lg: PartitionLog,
         data: memoryview,
-        h: BatchHeader,
         *,
         now_ms: int,
     ) -> ProduceResult:
-        """Validate and append one client batch (header and CRC already checked by the caller).
+        """Validate and append one client batch, which ``check_produce_request`` found to be one
+        complete batch and nothing more.
 
         acks=all needs nothing more: Kafka checks the ISR against min(min.insync.replicas,
         replication factor) (Partition.effectiveMinIsr), and both are 1 on one broker."""
-        if h.is_transactional:
+        if data[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
             raise AppendError(
                 ErrorCode.INVALID_TXN_STATE, TRANSACTIONS_UNSUPPORTED, log_start_offset=lg.start_offset
             )
         configs = topic.configs
         cfg = lg.config
-        if h.size > cfg.max_message_bytes:
+        try:
+            check_base_offset(data)
+        except InvalidRecordError as e:
+            raise AppendError(ErrorCode(e.error_code), log_message=str(e), log_start_offset=lg.start_offset) from None
+        if len(data) > cfg.max_message_bytes:
             raise AppendError(
                 ErrorCode.MESSAGE_TOO_LARGE,
-                log_message=f"batch of {h.size} bytes exceeds max.message.bytes {cfg.max_message_bytes}",
+                log_message=f"batch of {len(data)} bytes exceeds max.message.bytes {cfg.max_message_bytes}",
             )
+        try:
+            h = check_client_batch(data)
+        except InvalidRecordError as e:  # LogValidator's: Kafka reports the log start offset
+            raise AppendError(ErrorCode(e.error_code), log_message=str(e), log_start_offset=lg.start_offset) from None
+        except CorruptRecordError as e:  # a bad CRC: Kafka's unknown append info
+            raise AppendError(ErrorCode(e.error_code), log_message=str(e)) from None
         # Kafka's LogValidator looks at a record's key before its timestamp.
         if "compact" in cfg.cleanup_policy:
             try:

@@ -25,7 +25,8 @@ Each record after the header (compressed as one stream when the codec bits are s
 
 How Apache Kafka 4.2 rejects a produced batch, and the error code we must answer with (the broker
 maps any ``CorruptRecordError`` to its ``error_code``). ``ProduceRequest.validateRecords`` runs
-first, then ``UnifiedLog.analyzeAndValidateRecords``, then ``LogValidator``:
+first (the first three items), then ReplicaManager's acks and internal-topic checks, then
+``UnifiedLog.analyzeAndValidateRecords``, then ``LogValidator``:
 
 * batch size field below 14, or magic outside 0..2 (``ByteBufferLogInputStream``): CORRUPT_MESSAGE (2).
 * no complete batch, magic 0 or 1 in Produce v3+, or more than one batch: INVALID_RECORD (87).
@@ -299,13 +300,19 @@ def _next_batch_size(buf, pos: int, end: int) -> int | None:
 
 
 def check_produce_records(buf, api_version: int) -> BatchHeader:
-    """Validate a Produce request's ``records`` for one partition the way Kafka 4.2 does.
+    """Every check Kafka 4.2 makes of a produced batch's header, in its order (module docstring)
+    except max.message.bytes: :func:`check_produce_request`, :func:`check_base_offset`, then
+    :func:`check_client_batch`. Bytes after the one complete batch are ignored, as in Kafka."""
+    size = check_produce_request(buf, api_version)
+    batch = memoryview(buf)[:size]
+    check_base_offset(batch)
+    return check_client_batch(batch)
 
-    Header and CRC only (see the module docstring for the rules and error codes). Like Kafka,
-    bytes after the one complete batch that do not form another complete batch are ignored:
-    store only ``buf[:header.size]``. Also checks, unlike :func:`check_batch`, that the batch
-    is one a client may send: base offset 0, consistent counts, not a control batch.
-    """
+
+def check_produce_request(buf, api_version: int) -> int:
+    """Kafka's ``ProduceRequest.validateRecords``, run before any other check of the partition:
+    exactly one complete v2 batch (zstd only from v7). Returns that batch's size; like Kafka,
+    bytes after it that do not form another complete batch are ignored."""
     end = len(buf)
     size = _next_batch_size(buf, 0, end)
     if size is None:
@@ -327,12 +334,25 @@ def check_produce_records(buf, api_version: int) -> BatchHeader:
             f"Produce requests with version {api_version} are only allowed to contain exactly one "
             "record batch per partition"
         )
+    return size
+
+
+def check_base_offset(batch) -> None:
+    """``UnifiedLog.analyzeAndValidateRecords``' first check of a client batch, before its size."""
+    base_offset = _BASE_OFFSET.unpack_from(batch, 0)[0]
+    if base_offset != 0:
+        raise InvalidRecordError(f"The baseOffset of the record batch should be 0, but it is {base_offset}")
+
+
+def check_client_batch(batch) -> BatchHeader:
+    """The rest of a client batch's header checks, after max.message.bytes: the CRC
+    (``analyzeAndValidateRecords``, CORRUPT_MESSAGE) then ``LogValidator.validateBatch``'s counts,
+    control flag and sequence (INVALID_RECORD). ``batch`` holds exactly one batch."""
+    size = len(batch)
     if size < HEADER_SIZE:
         raise CorruptRecordError(f"record batch of {size} bytes is smaller than its header")
-    h = parse_header(buf, 0)
-    if h.base_offset != 0:
-        raise InvalidRecordError(f"The baseOffset of the record batch should be 0, but it is {h.base_offset}")
-    if compute_crc(buf, 0, h) != h.crc:
+    h = parse_header(batch, 0)
+    if compute_crc(batch, 0, h) != h.crc:
         raise CorruptRecordError(f"Record is corrupt (stored crc = {h.crc})")
     if h.attributes & COMPRESSION_MASK > codecs.ZSTD:
         raise CorruptRecordError(f"unknown compression codec {h.attributes & COMPRESSION_MASK}")

@@ -24,6 +24,7 @@ from protocol.compression import compress
 from protocol.records import CRC_OFFSET, HEADER_SIZE, build_batch, check_batch, set_crc
 from protocol.uuids import random_uuid
 from tests.raw_client import RawClient
+from tests.test_records import patch_header
 from tests.test_produce_support import (
     METADATA,
     PRODUCE,
@@ -190,6 +191,34 @@ async def test_record_checks_map_to_corrupt_message_and_invalid_record(local):
     assert (await produce_one(local, "t", zstd, version=7)).error_code == 0
     assert local.store.get("t", 0).end_offset == 1
 
+
+
+async def test_batch_checks_of_the_log_come_after_acks_and_internal_topics_and_carry_the_log_start(local):
+    """Kafka checks only the records' framing in KafkaApis (ProduceRequest.validateRecords); the
+    base offset, size, CRC and counts are UnifiedLog's and LogValidator's, after ReplicaManager
+    checked acks and internal topics. Size and CRC refusals answer Kafka's unknown append info
+    (log start -1), the base offset and count rules (InvalidRecordException) the log start."""
+    local.topics.create("t", 1, {"max.message.bytes": "200"})
+    local.topics.create("__consumer_offsets", 1)
+    bad_crc = bytearray(batch([b"a"]))
+    bad_crc[-1] ^= 0xFF
+    assert (await produce_one(local, "t", bytes(bad_crc), acks=2)).error_code == ErrorCode.INVALID_REQUIRED_ACKS
+    p = await produce_one(local, "__consumer_offsets", bytes(bad_crc))
+    assert p.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+    too_big = bytearray(batch([b"x" * 300]))
+    too_big[-1] ^= 0xFF
+    p = await produce_one(local, "t", bytes(too_big))
+    assert (p.error_code, p.log_start_offset) == (ErrorCode.MESSAGE_TOO_LARGE, -1)
+    p = await produce_one(local, "t", bytes(bad_crc))
+    assert (p.error_code, p.log_start_offset) == (ErrorCode.CORRUPT_MESSAGE, -1)
+    assert (await produce_one(local, "t", batch([b"a", b"b"]))).error_code == 0
+    local.store.get("t", 0).delete_records_before(1)
+    good = batch([b"a"])
+    for fields in [{"base_offset": 5}, {"records_count": 2}, {"attributes": 0x20},
+                   {"producer_id": 3, "base_sequence": -1}]:
+        p = await produce_one(local, "t", bytes(patch_header(good, **fields)))
+        assert (p.error_code, p.log_start_offset, p.error_message) == (ErrorCode.INVALID_RECORD, 1, None), fields
+    assert local.store.get("t", 0).end_offset == 2
 
 def forged(records_body: bytes, count: int, compression: int = 0) -> bytes:
     """A batch of ``count`` records whose CRC is right for ``records_body``, whatever it holds."""

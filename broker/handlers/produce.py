@@ -2,9 +2,10 @@
 
 Per partition, in Kafka 4.2's order: topic (by name, or by id from v13: UNKNOWN_TOPIC_ID),
 UNKNOWN_TOPIC_OR_PARTITION (Kafka's Produce never auto-creates topics; clients create them
-through Metadata), the record checks of ``ProduceRequest.validateRecords`` and the batch header
-and CRC (``check_produce_records``), INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION for internal
-topics, then the partition service (``broker.partitions``) for everything that needs the log.
+through Metadata), the record checks of ``ProduceRequest.validateRecords``
+(``check_produce_request``), INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION for internal topics,
+then the partition service (``broker.partitions``) for the batch's own checks (base offset, size,
+CRC, counts) and everything else that needs the log.
 
 acks=-1 behaves like acks=1 (the only replica is the leader). When the log's flush policy asks
 for it (``log.flush.interval.messages``), the answer waits for the group-committed fsync.
@@ -28,7 +29,7 @@ from protocol.messages.produce_response import (
     ProduceResponse,
     TopicProduceResponse,
 )
-from protocol.records import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG, CorruptRecordError, check_produce_records
+from protocol.records import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG, CorruptRecordError, check_produce_request
 
 from ..partitions import AppendError
 
@@ -118,7 +119,7 @@ async def handle(ctx, req):
                 continue
             records = pd.records if pd.records is not None else b""
             try:
-                h = check_produce_records(records, v)
+                size = check_produce_request(records, v)
             except CorruptRecordError as e:
                 log.debug("produce to %s-%d refused: %s", topic.name, index, e)
                 out.append(_error(index, ErrorCode(e.error_code), record_errors=getattr(e, "record_errors", ())))
@@ -129,11 +130,11 @@ async def handle(ctx, req):
             if topic.internal and not internal_allowed:
                 out.append(_error(index, ErrorCode.INVALID_TOPIC_EXCEPTION))
                 continue
-            data = records[: h.size] if len(records) != h.size else records
+            data = records[:size] if len(records) != size else records
             if type(data) is bytes or (type(data) is memoryview and data.readonly):
                 data = bytearray(data)  # the log patches offsets in place (frames are writable)
             try:
-                res = partitions.append_produce(topic, lg, data, h, now_ms=now)
+                res = partitions.append_produce(topic, lg, data, now_ms=now)
             except AppendError as e:
                 log.debug("produce to %s-%d refused: %s: %s", topic.name, index, e.code.name, e)
                 out.append(_error(index, e.code, log_start_offset=e.log_start_offset, message=e.message,

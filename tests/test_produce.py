@@ -20,6 +20,7 @@ from broker.handlers import produce as produce_handler
 from broker.log import FileLogStore, segment
 from protocol.errors import ErrorCode
 from protocol.messages.metadata_request import MetadataRequest
+from protocol.messages.produce_request import PartitionProduceData, TopicProduceData
 from protocol.compression import compress
 from protocol.records import CRC_OFFSET, HEADER_SIZE, build_batch, check_batch, set_crc
 from protocol.uuids import random_uuid
@@ -336,6 +337,34 @@ async def test_transactional_batches_are_refused(local):
     # a transactional id on plain batches is ignored, as in Kafka
     assert (await produce_one(local, "t", batch([b"a"]), transactional_id="tx")).error_code == 0
 
+
+
+async def test_a_partition_named_twice_is_answered_once_with_its_last_batch_appended(local):
+    """KafkaApis keys a request's partitions in maps: a partition named twice (or a topic listed
+    twice) is answered once, the last valid batch is the one appended, and a refusal of the
+    records (merged into the answer last) wins the answer though a valid batch was appended."""
+    local.topics.create("t", 2)
+    req = produce_request("t", batch([b"first"]))
+    req.topic_data[0].partition_data.append(PartitionProduceData(index=0, records=batch([b"second"])))
+    other = PartitionProduceData(index=1, records=batch([b"x"]))
+    req.topic_data.append(TopicProduceData(name="t", partition_data=[other]))
+    resp = await call(local, req)
+    assert [(t.name, [(p.index, p.error_code, p.base_offset) for p in t.partition_responses])
+            for t in resp.responses] == [("t", [(0, 0, 0), (1, 0, 0)])]
+    lg = local.store.get("t", 0)
+    assert lg.end_offset == 1
+    assert [r.value for r in records_of(lg.read(0, 1 << 20).views())] == [b"second"]
+    req = produce_request("t", batch([b"third"]))
+    req.topic_data[0].partition_data.append(PartitionProduceData(index=0, records=b""))
+    (t,) = (await call(local, req)).responses
+    assert [(p.index, p.error_code) for p in t.partition_responses] == [(0, ErrorCode.INVALID_RECORD)]
+    assert lg.end_offset == 2
+    txn = build_batch([(None, b"a", [])], producer_id=5, producer_epoch=0, base_sequence=0, is_transactional=True)
+    req = produce_request("t", txn)
+    req.topic_data.append(TopicProduceData(name="t", partition_data=[PartitionProduceData(index=0, records=txn)]))
+    (t,) = (await call(local, req)).responses
+    assert [(p.index, p.error_code) for p in t.partition_responses] == [
+        (0, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)]
 
 async def test_acks_zero_answers_nothing_and_closes_the_connection_on_error(local):
     local.topics.create("t", 1)

@@ -5,7 +5,9 @@ UNKNOWN_TOPIC_OR_PARTITION (Kafka's Produce never auto-creates topics; clients c
 through Metadata), the record checks of ``ProduceRequest.validateRecords``
 (``check_produce_request``), INVALID_REQUIRED_ACKS, INVALID_TOPIC_EXCEPTION for internal topics,
 then the partition service (``broker.partitions``) for the batch's own checks (base offset, size,
-CRC, counts) and everything else that needs the log.
+CRC, counts) and everything else that needs the log. As in Kafka, whose KafkaApis keys the
+partitions in maps, a partition named twice is answered once: its last valid batch is appended,
+and a refusal of the other's records is the answer.
 
 acks=-1 behaves like acks=1 (the only replica is the leader). When the log's flush policy asks
 for it (``log.flush.interval.messages``), the answer waits for the group-committed fsync.
@@ -36,6 +38,7 @@ from ..partitions import AppendError
 API_KEY = 0
 MIN_VERSION, MAX_VERSION = 3, 13
 
+UNKNOWN_TOPIC_OR_PARTITION = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 ADMIN_CLIENT_ID = "__admin_client"  # the only client Kafka lets write to internal topics
 log = logging.getLogger("kshare.produce")
 
@@ -65,10 +68,8 @@ def _topic_response(v: int, td) -> TopicProduceResponse:
     return TopicProduceResponse(name=td.name)
 
 
-def error_response(req, version: int, code: int) -> ProduceResponse | None:
-    """Kafka's getErrorResponse: none for acks=0; else every partition of the request once, with the error."""
-    if req.acks == 0:
-        return None
+def _error_responses(req, version: int, code: int) -> list[TopicProduceResponse]:
+    """Every partition of the request once, with the error (Kafka's getErrorResponse)."""
     responses = {}  # (name, topic id) -> topic response
     seen = set()
     for td in req.topic_data:
@@ -77,23 +78,24 @@ def error_response(req, version: int, code: int) -> ProduceResponse | None:
             if (td.name, td.topic_id, pd.index) not in seen:
                 seen.add((td.name, td.topic_id, pd.index))
                 tr.partition_responses.append(_error(pd.index, code))
-    return ProduceResponse(responses=list(responses.values()))
+    return list(responses.values())
+
+
+def error_response(req, version: int, code: int) -> ProduceResponse | None:
+    """Kafka's getErrorResponse: none for acks=0; else every partition of the request once, with the error."""
+    if req.acks == 0:
+        return None
+    return ProduceResponse(responses=_error_responses(req, version, code))
 
 
 async def handle(ctx, req):
     broker = ctx.broker
     v = ctx.api_version
     acks = req.acks
-    responses = []
 
     if req.transactional_id is None and _has_transactional_batch(req):
-        for td in req.topic_data:
-            tr = _topic_response(v, td)
-            tr.partition_responses = [
-                _error(pd.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for pd in td.partition_data
-            ]
-            responses.append(tr)
-        return await _finish(ctx, acks, responses, [])
+        code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        return await _finish(ctx, acks, _error_responses(req, v, code), [])
 
     partitions = broker.partitions
     topics = broker.topics
@@ -103,51 +105,66 @@ async def handle(ctx, req):
     now = broker.now_ms()
     flushes = []  # (partition response, log, offset to flush up to)
 
+    # As KafkaApis, partitions are keyed by topic and index: one named twice is answered once,
+    # its last valid batch is the one appended, and a refusal of its records wins the answer.
+    topic_responses = {}  # topic key -> topic response, in request order
+    order = {}  # (topic key, index) -> None, in request order
+    refused = {}  # (topic key, index) -> error response (unknown topic or partition, records)
+    valid = {}  # (topic key, index) -> (topic, log, records, size)
     for td in req.topic_data:
-        tr = _topic_response(v, td)
-        responses.append(tr)
-        out = tr.partition_responses
+        tkey = td.topic_id if v >= 13 else td.name
+        if tkey not in topic_responses:
+            topic_responses[tkey] = _topic_response(v, td)
         topic = topics.by_id(td.topic_id) if v >= 13 else topics.get(td.name)
         for pd in td.partition_data:
             index = pd.index
+            key = (tkey, index)
+            order[key] = None
             if topic is None:
-                out.append(_error(index, ErrorCode.UNKNOWN_TOPIC_ID if v >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                refused[key] = _error(index, ErrorCode.UNKNOWN_TOPIC_ID if v >= 13 else UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             lg = store.get(topic.name, index) if 0 <= index < topic.partitions else None
             if lg is None:
-                out.append(_error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                refused[key] = _error(index, UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             records = pd.records if pd.records is not None else b""
             try:
                 size = check_produce_request(records, v)
             except CorruptRecordError as e:
                 log.debug("produce to %s-%d refused: %s", topic.name, index, e)
-                out.append(_error(index, ErrorCode(e.error_code), record_errors=getattr(e, "record_errors", ())))
+                refused[key] = _error(index, ErrorCode(e.error_code), record_errors=getattr(e, "record_errors", ()))
                 continue
-            if not valid_acks:
-                out.append(_error(index, ErrorCode.INVALID_REQUIRED_ACKS))
-                continue
-            if topic.internal and not internal_allowed:
-                out.append(_error(index, ErrorCode.INVALID_TOPIC_EXCEPTION))
-                continue
-            data = records[:size] if len(records) != size else records
-            if type(data) is bytes or (type(data) is memoryview and data.readonly):
-                data = bytearray(data)  # the log patches offsets in place (frames are writable)
-            try:
-                res = partitions.append_produce(topic, lg, data, now_ms=now)
-            except AppendError as e:
-                log.debug("produce to %s-%d refused: %s: %s", topic.name, index, e.code.name, e)
-                out.append(_error(index, e.code, log_start_offset=e.log_start_offset, message=e.message,
-                                  record_errors=e.record_errors))
-                continue
-            presp = PartitionProduceResponse(
-                index=index, error_code=0, base_offset=res.base_offset,
-                log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset,
-            )
-            out.append(presp)
-            if res.flush_upto is not None:
-                flushes.append((presp, lg, res.flush_upto))
-    return await _finish(ctx, acks, responses, flushes)
+            valid[key] = (topic, lg, records, size)
+
+    answers = {}
+    for key, (topic, lg, records, size) in valid.items():
+        index = key[1]
+        if not valid_acks:
+            answers[key] = _error(index, ErrorCode.INVALID_REQUIRED_ACKS)
+            continue
+        if topic.internal and not internal_allowed:
+            answers[key] = _error(index, ErrorCode.INVALID_TOPIC_EXCEPTION)
+            continue
+        data = records[:size] if len(records) != size else records
+        if type(data) is bytes or (type(data) is memoryview and data.readonly):
+            data = bytearray(data)  # the log patches offsets in place (frames are writable)
+        try:
+            res = partitions.append_produce(topic, lg, data, now_ms=now)
+        except AppendError as e:
+            log.debug("produce to %s-%d refused: %s: %s", topic.name, index, e.code.name, e)
+            answers[key] = _error(index, e.code, log_start_offset=e.log_start_offset, message=e.message,
+                                  record_errors=e.record_errors)
+            continue
+        presp = answers[key] = PartitionProduceResponse(
+            index=index, error_code=0, base_offset=res.base_offset,
+            log_append_time_ms=res.log_append_time_ms, log_start_offset=res.log_start_offset,
+        )
+        if res.flush_upto is not None:
+            flushes.append((presp, lg, res.flush_upto))
+    answers.update(refused)
+    for key in order:
+        topic_responses[key[0]].partition_responses.append(answers[key])
+    return await _finish(ctx, acks, list(topic_responses.values()), flushes)
 
 
 async def _finish(ctx, acks: int, responses: list, flushes: list):

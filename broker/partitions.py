@@ -198,14 +198,17 @@ class Partitions:
             raise AppendError(ErrorCode(e.error_code), log_message=str(e), log_start_offset=lg.start_offset) from None
         except CorruptRecordError as e:  # a bad CRC: Kafka's unknown append info
             raise AppendError(ErrorCode(e.error_code), log_message=str(e)) from None
-        # Kafka's LogValidator looks at a record's key before its timestamp.
+        # Kafka's LogValidator reports each record's first fault, its key before its timestamp,
+        # and answers INVALID_TIMESTAMP if any record's fault is its timestamp.
+        keyless = None  # the InvalidRecordError naming the keyless records of a compacted topic
         if "compact" in cfg.cleanup_policy:
             try:
                 validate_records(data, require_keys=True, partition=f"{lg.topic}-{lg.partition}")
             except InvalidRecordError as e:
-                raise AppendError(
-                    ErrorCode(e.error_code), str(e), record_errors=e.record_errors, log_start_offset=lg.start_offset
-                ) from None
+                if not e.record_errors:  # records that do not parse
+                    raise AppendError(ErrorCode(e.error_code), log_message=str(e),
+                                      log_start_offset=lg.start_offset) from None
+                keyless = e
             except CorruptRecordError as e:
                 raise AppendError(ErrorCode(e.error_code), log_message=str(e)) from None
         else:
@@ -218,12 +221,15 @@ class Partitions:
         if h.log_append_time and (cfg.log_append_time or h.max_timestamp == NO_TIMESTAMP):
             # Only a CreateTime topic takes a producer's LogAppendTime batch (below), and only
             # with a max timestamp, which Kafka reads as every record's timestamp.
-            self._refuse_log_append_time(lg, data)
+            self._refuse_log_append_time(lg, data, keyless)
         if not cfg.log_append_time:
-            self._check_timestamps(configs, lg, data, h, now_ms)
-            if h.log_append_time:
-                set_create_time(data, 0)
-                h = parse_header(data)
+            self._check_timestamps(configs, lg, data, h, now_ms, keyless)
+        if keyless is not None:
+            raise AppendError(ErrorCode.INVALID_RECORD, str(keyless), record_errors=keyless.record_errors,
+                              log_start_offset=lg.start_offset)
+        if not cfg.log_append_time and h.log_append_time:
+            set_create_time(data, 0)
+            h = parse_header(data)
         if cfg.target_codec >= 0 and cfg.target_codec != h.compression:
             data, h = self._recompress(lg, data)
         if h.size > cfg.segment_bytes:  # it could never fit a segment (max.message.bytes may allow it)
@@ -322,16 +328,29 @@ class Partitions:
         except CorruptRecordError as e:
             raise AppendError(ErrorCode(e.error_code), log_message=str(e), log_start_offset=lg.start_offset) from None
 
-    def _refuse_log_append_time(self, lg: PartitionLog, data) -> None:
+    @staticmethod
+    def _timestamp_errors(lg: PartitionLog, errors: list, keyless: InvalidRecordError | None) -> None:
+        """Raise INVALID_TIMESTAMP if a record's first fault is its timestamp: each keyless
+        record (``keyless``) reports its key instead, as Kafka's LogValidator.validateRecord."""
+        if keyless is not None:
+            keys = dict(keyless.record_errors)
+            errors = [e for e in errors if e[0] not in keys]
+            if errors:
+                errors = sorted(errors + keyless.record_errors)
+        if errors:
+            raise AppendError(ErrorCode.INVALID_TIMESTAMP, INVALID_TIMESTAMP_MESSAGE, record_errors=errors,
+                              log_start_offset=lg.start_offset)
+
+    def _refuse_log_append_time(self, lg: PartitionLog, data, keyless: InvalidRecordError | None) -> None:
         errors = [
             (i, f"Invalid timestamp type in message DefaultRecord(offset={r.offset}, timestamp={r.timestamp}, "
                 f"key={len(r.key or b'')} bytes, value={len(r.value or b'')} bytes). {_NO_LOG_APPEND_TIME}")
             for i, r in enumerate(self._records(lg, data))
         ]
-        raise AppendError(ErrorCode.INVALID_TIMESTAMP, INVALID_TIMESTAMP_MESSAGE, record_errors=errors,
-                          log_start_offset=lg.start_offset)
+        self._timestamp_errors(lg, errors, keyless)
 
-    def _check_timestamps(self, configs: dict, lg: PartitionLog, data, h: BatchHeader, now_ms: int) -> None:
+    def _check_timestamps(self, configs: dict, lg: PartitionLog, data, h: BatchHeader, now_ms: int,
+                          keyless: InvalidRecordError | None) -> None:
         before = _int_setting(configs, "message.timestamp.before.max.ms",
                               self.config["log.message.timestamp.before.max.ms"])
         after = _int_setting(configs, "message.timestamp.after.max.ms",
@@ -351,11 +370,7 @@ class Partitions:
                 f"The timestamp should be within [{now_ms - before}, {now_ms + after}]")
             for i, rec in enumerate(self._records(lg, data)) if bad(rec.timestamp)
         ]
-        if errors:
-            raise AppendError(
-                ErrorCode.INVALID_TIMESTAMP, INVALID_TIMESTAMP_MESSAGE,
-                record_errors=errors, log_start_offset=lg.start_offset,
-            )
+        self._timestamp_errors(lg, errors, keyless)
 
     # -- producer state ------------------------------------------------------------------------
 

@@ -318,6 +318,29 @@ async def test_compacted_topics_need_keys(local):
     assert (await produce_one(local, "c2", old)).error_code == ErrorCode.INVALID_RECORD
 
 
+
+async def test_a_keyless_record_and_another_records_bad_timestamp_are_invalid_timestamp(local):
+    """LogValidator reports each record's first fault (its key, else its timestamp) and answers
+    INVALID_TIMESTAMP, with every record's error, when any of them is a timestamp's."""
+    local.topics.create("c", 1, {"cleanup.policy": "compact", "message.timestamp.after.max.ms": "60000"})
+    now = int(time.time() * 1000)
+    late = now + 3_600_000
+    records = [(None, b"a", [], now), (b"k", b"b", [], late), (None, b"c", [], late)]
+    p = await produce_one(local, "c", build_batch(records))
+    assert (p.error_code, p.error_message) == (ErrorCode.INVALID_TIMESTAMP, "One or more records have been rejected "
+                                               "due to invalid timestamp")
+    assert [(e.batch_index, e.batch_index_error_message.split()[0]) for e in p.record_errors] == [
+        (0, "Compacted"), (1, "Timestamp"), (2, "Compacted")]
+    p = await produce_one(local, "c", build_batch([(None, b"c", [], late)]))
+    assert (p.error_code, [e.batch_index for e in p.record_errors]) == (ErrorCode.INVALID_RECORD, [0])
+    p = await produce_one(local, "c", forged(b"\xff" * 40, 3))  # records that do not parse: no message
+    assert (p.error_code, p.record_errors, p.error_message) == (ErrorCode.INVALID_RECORD, [], None)
+    local.topics.create("a", 1, {"cleanup.policy": "compact", "message.timestamp.type": "LogAppendTime"})
+    p = await produce_one(local, "a", build_batch([(None, b"a", [], now), (b"k", b"b", [], now)], timestamp_type=1))
+    assert p.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert [e.batch_index_error_message.split()[0] for e in p.record_errors] == ["Compacted", "Invalid"]
+    assert local.store.get("c", 0).end_offset == local.store.get("a", 0).end_offset == 0
+
 async def test_min_insync_replicas_above_the_replication_factor_does_not_refuse_acks_all(local):
     """Kafka's Partition checks the ISR against effectiveMinIsr, min(min.insync.replicas,
     replication factor): on one broker acks=all is answered as acks=1, whatever the setting

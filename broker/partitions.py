@@ -7,13 +7,13 @@ appended. After every append it notifies ``data_key(topic, partition)`` on ``bro
 which wakes long-polling fetches (and anyone else who waits for new data).
 
 Append of one produced batch, in Kafka's order (ReplicaManager, Partition, UnifiedLog,
-LogValidator, ProducerStateManager): transactional batches are refused (no transactions yet),
-acks=-1 with min.insync.replicas > 1, the base offset, max.message.bytes, the CRC, the header's
-counts, control flag and sequence, keys on compacted topics, timestamps, the rewrite into the
-topic's compression.type when it names another codec than the batch's (and max.message.bytes
-again on the result), segment.bytes, then the producer checks, then the write, then the
-producer-state update. With compression.type=producer (the default) or a
-matching codec the batch is stored as sent, with no per-record work.
+LogValidator, ProducerStateManager): an offline log, transactional batches (refused: no
+transactions yet), acks=-1 with min.insync.replicas > 1, the base offset, max.message.bytes, the
+CRC, the header's counts, control flag and sequence, keys on compacted topics, timestamps, the
+rewrite into the topic's compression.type when it names another codec than the batch's (and
+max.message.bytes again on the result), segment.bytes, then the producer checks, then the write,
+then the producer-state update. With compression.type=producer (the default) or a matching codec
+the batch is stored as sent, with no per-record work.
 
 Timestamps are checked from the batch header on the hot path (``baseTimestamp`` is the first
 record's and ``maxTimestamp`` the largest): the records are decoded, to name the offending ones
@@ -177,6 +177,8 @@ class Partitions:
 
         acks=all needs nothing more: Kafka checks the ISR against min(min.insync.replicas,
         replication factor) (Partition.effectiveMinIsr), and both are 1 on one broker."""
+        if lg.offline:  # Kafka's getPartitionOrException, before the log sees the batch
+            raise AppendError(ErrorCode.KAFKA_STORAGE_ERROR, log_message=f"{lg.topic}-{lg.partition} is offline")
         if data[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
             raise AppendError(
                 ErrorCode.INVALID_TXN_STATE, TRANSACTIONS_UNSUPPORTED, log_start_offset=lg.start_offset

@@ -151,6 +151,21 @@ async def test_a_segment_roll_the_disk_refuses_answers_storage_error(local, monk
     assert (p.error_code, p.base_offset) == (0, 1)
 
 
+
+async def test_an_offline_log_answers_storage_error_before_the_batch_or_producer_checks(local):
+    """Kafka's ReplicaManager finds an offline partition (getPartitionOrException) before
+    UnifiedLog looks at the batch or at the producer's state: a retry of a batch already
+    appended, or a batch with a bad CRC, gets KAFKA_STORAGE_ERROR with the unknown append info."""
+    local.topics.create("t", 1)
+    idempotent = batch([b"a"], producer_id=7, epoch=0, seq=0)
+    assert (await produce_one(local, "t", idempotent)).error_code == 0
+    local.store.get("t", 0)._committer.failure = OSError(errno.EIO, "EIO")
+    bad_crc = bytearray(batch([b"x"]))
+    bad_crc[-1] ^= 1
+    for records in (idempotent, bytes(bad_crc), batch([b"b"], producer_id=7, epoch=0, seq=5)):
+        p = await produce_one(local, "t", records)
+        assert (p.error_code, p.base_offset, p.log_start_offset) == (ErrorCode.KAFKA_STORAGE_ERROR, -1, -1)
+
 async def test_a_topic_deleted_while_a_produce_waits_for_its_fsync_does_not_fail_it(tmp_path):
     """The append (a roll to a new segment) came before the deletion; its fsync round starts
     after, with the partition's directory gone. That is no disk failure: in Kafka the flush is

@@ -281,6 +281,13 @@ _SIZE_FIELD = struct.Struct(">i")
 _MIN_SIZE_FIELD = 14  # Kafka's LegacyRecord.RECORD_OVERHEAD_V0, the smallest size it parses
 
 
+def first_batch_size(buf) -> int | None:
+    """Size of the complete batch that starts ``buf``, or None if the bytes end first; a size
+    field or magic Kafka's ``ByteBufferLogInputStream`` cannot read raises CorruptRecordError
+    with Kafka's message."""
+    return _next_batch_size(buf, 0, len(buf))
+
+
 def _next_batch_size(buf, pos: int, end: int) -> int | None:
     """Size of the complete batch at ``pos``, or None if the bytes end first (as Kafka iterates)."""
     remaining = end - pos
@@ -288,12 +295,12 @@ def _next_batch_size(buf, pos: int, end: int) -> int | None:
         return None
     size = _SIZE_FIELD.unpack_from(buf, pos + 8)[0]
     if size < _MIN_SIZE_FIELD:
-        raise CorruptRecordError(f"record size {size} is less than the minimum record overhead (14)")
+        raise CorruptRecordError(f"Record size {size} is less than the minimum record overhead (14)")
     if remaining < MAGIC_OFFSET + 1:
         return None
     magic = buf[pos + MAGIC_OFFSET]
     if magic > 2:  # as a signed byte: negative or above the current magic
-        raise CorruptRecordError(f"invalid magic found in record: {magic - 256 if magic > 127 else magic}")
+        raise CorruptRecordError(f"Invalid magic found in record: {magic - 256 if magic > 127 else magic}")
     if remaining < size + LOG_OVERHEAD:
         return None
     return size + LOG_OVERHEAD

@@ -404,6 +404,29 @@ async def test_a_partition_named_twice_is_answered_once_with_its_last_batch_appe
     assert [(p.index, p.error_code) for p in t.partition_responses] == [
         (0, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)]
 
+
+async def test_a_first_batch_with_a_corrupt_size_or_magic_fails_the_whole_request(local):
+    """KafkaApis first asks each partition's first batch whether it is transactional
+    (RequestUtils.hasTransactionalRecords); reading one whose size field or magic is invalid
+    throws CorruptRecordException out of handleProduceRequest: every partition is answered
+    CORRUPT_MESSAGE with the exception's message (getErrorResponse) and nothing is appended."""
+    local.topics.create("t", 2)
+    good = batch([b"a"])
+    small, magic = bytearray(good), bytearray(good)
+    small[8:12] = (5).to_bytes(4, "big")
+    magic[16] = 0xF0
+    for bad, message in ((small, "Record size 5 is less than the minimum record overhead (14)"),
+                         (magic, "Invalid magic found in record: -16")):
+        req = produce_request("t", good)
+        req.topic_data.append(TopicProduceData(name="t", partition_data=[PartitionProduceData(index=1, records=bad)]))
+        (t,) = (await call(local, req)).responses
+        assert [(p.index, p.error_code, p.error_message, p.log_start_offset) for p in t.partition_responses] == [
+            (0, ErrorCode.CORRUPT_MESSAGE, message, -1), (1, ErrorCode.CORRUPT_MESSAGE, message, -1)]
+        conn = FakeConnection()
+        req.acks = 0
+        assert await call(local, req, connection=conn) is None and conn.closed
+    assert local.store.get("t", 0).end_offset == 0
+
 async def test_acks_zero_answers_nothing_and_closes_the_connection_on_error(local):
     local.topics.create("t", 1)
     conn = FakeConnection()

@@ -14,8 +14,10 @@ for it (``log.flush.interval.messages``), the answer waits for the group-committ
 acks=0 gets no response; if any partition failed, the connection is closed instead, so the
 client notices and refreshes its metadata (Kafka's behaviour).
 
-A request holding transactional batches without a transactional id is refused as a whole with
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka does; transactional batches with an id get
+As in Kafka, whose first look at a request reads each partition's first batch, a first batch
+whose size field or magic is invalid fails the whole request (CORRUPT_MESSAGE with the reason for
+every partition), and a request holding transactional batches without a transactional id is
+refused as a whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED; transactional batches with an id get
 INVALID_TXN_STATE (no producer can be in a transaction: InitProducerId refuses transactional ids).
 """
 
@@ -31,7 +33,13 @@ from protocol.messages.produce_response import (
     ProduceResponse,
     TopicProduceResponse,
 )
-from protocol.records import ATTRIBUTES_OFFSET, TRANSACTIONAL_FLAG, CorruptRecordError, check_produce_request
+from protocol.records import (
+    ATTRIBUTES_OFFSET,
+    TRANSACTIONAL_FLAG,
+    CorruptRecordError,
+    check_produce_request,
+    first_batch_size,
+)
 
 from ..partitions import AppendError
 
@@ -53,11 +61,13 @@ def _error(index: int, code: ErrorCode, *, log_start_offset: int = -1, message: 
 
 
 def _has_transactional_batch(req) -> bool:
-    """Kafka's ``ProduceRequest.hasTransactionalRecords``: looks at each partition's first batch."""
+    """Kafka's ``RequestUtils.hasTransactionalRecords``: each partition's first complete batch in
+    turn, until one is transactional. A first batch whose size field or magic cannot be read
+    raises CorruptRecordError, as Kafka's batch iterator throws there."""
     for td in req.topic_data:
         for pd in td.partition_data:
             r = pd.records
-            if r is not None and len(r) > ATTRIBUTES_OFFSET + 1 and r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+            if r is not None and first_batch_size(r) is not None and r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
                 return True
     return False
 
@@ -68,7 +78,7 @@ def _topic_response(v: int, td) -> TopicProduceResponse:
     return TopicProduceResponse(name=td.name)
 
 
-def _error_responses(req, version: int, code: int) -> list[TopicProduceResponse]:
+def _error_responses(req, version: int, code: int, message: str | None = None) -> list[TopicProduceResponse]:
     """Every partition of the request once, with the error (Kafka's getErrorResponse)."""
     responses = {}  # (name, topic id) -> topic response
     seen = set()
@@ -77,7 +87,7 @@ def _error_responses(req, version: int, code: int) -> list[TopicProduceResponse]
         for pd in td.partition_data:
             if (td.name, td.topic_id, pd.index) not in seen:
                 seen.add((td.name, td.topic_id, pd.index))
-                tr.partition_responses.append(_error(pd.index, code))
+                tr.partition_responses.append(_error(pd.index, code, message=message))
     return list(responses.values())
 
 
@@ -93,7 +103,12 @@ async def handle(ctx, req):
     v = ctx.api_version
     acks = req.acks
 
-    if req.transactional_id is None and _has_transactional_batch(req):
+    try:
+        transactional = _has_transactional_batch(req)
+    except CorruptRecordError as e:  # thrown out of Kafka's handleProduceRequest: the whole request fails
+        log.debug("produce refused: %s", e)
+        return await _finish(ctx, acks, _error_responses(req, v, ErrorCode.CORRUPT_MESSAGE, str(e)), [])
+    if transactional and req.transactional_id is None:
         code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         return await _finish(ctx, acks, _error_responses(req, v, code), [])
 

@@ -372,6 +372,10 @@ async def test_transactional_batches_are_refused(local):
     assert p.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     p = await produce_one(local, "t", txn, transactional_id="tx")
     assert p.error_code == ErrorCode.INVALID_TXN_STATE and "not supported" in p.error_message
+    # a magic 0/1 batch is never transactional (Kafka's legacy batches), whatever its byte 22
+    legacy = bytearray(batch([b"a"]))
+    legacy[16], legacy[22] = 1, legacy[22] | 0x10
+    assert (await produce_one(local, "t", bytes(legacy))).error_code == ErrorCode.INVALID_RECORD
     # a transactional id on plain batches is ignored, as in Kafka
     assert (await produce_one(local, "t", batch([b"a"]), transactional_id="tx")).error_code == 0
 

@@ -35,6 +35,7 @@ from protocol.messages.produce_response import (
 )
 from protocol.records import (
     ATTRIBUTES_OFFSET,
+    MAGIC_OFFSET,
     TRANSACTIONAL_FLAG,
     CorruptRecordError,
     check_produce_request,
@@ -62,12 +63,13 @@ def _error(index: int, code: ErrorCode, *, log_start_offset: int = -1, message: 
 
 def _has_transactional_batch(req) -> bool:
     """Kafka's ``RequestUtils.hasTransactionalRecords``: each partition's first complete batch in
-    turn, until one is transactional. A first batch whose size field or magic cannot be read
-    raises CorruptRecordError, as Kafka's batch iterator throws there."""
+    turn, until one is transactional (magic 0 and 1 batches never are). A first batch whose size
+    field or magic cannot be read raises CorruptRecordError, as Kafka's batch iterator throws there."""
     for td in req.topic_data:
         for pd in td.partition_data:
             r = pd.records
-            if r is not None and first_batch_size(r) is not None and r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+            if (r is not None and first_batch_size(r) is not None and r[MAGIC_OFFSET] == 2
+                    and r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG):
                 return True
     return False
 

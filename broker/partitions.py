@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Callable
 from protocol.errors import ErrorCode
 from protocol.records import (
     ATTRIBUTES_OFFSET,
+    HEADER_SIZE,
     NO_TIMESTAMP,
     TRANSACTIONAL_FLAG,
     CorruptRecordError,
@@ -179,7 +180,10 @@ class Partitions:
         replication factor) (Partition.effectiveMinIsr), and both are 1 on one broker."""
         if lg.offline:  # Kafka's getPartitionOrException, before the log sees the batch
             raise AppendError(ErrorCode.KAFKA_STORAGE_ERROR, log_message=f"{lg.topic}-{lg.partition} is offline")
-        if data[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+        # Kafka verifies (ReplicaManager.handleProduceAppend) only transactional batches with a
+        # producer id; one without is appended like any other.
+        if (data[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG and len(data) >= HEADER_SIZE
+                and parse_header(data).producer_id >= 0):
             raise AppendError(
                 ErrorCode.INVALID_TXN_STATE, TRANSACTIONS_UNSUPPORTED, log_start_offset=lg.start_offset
             )

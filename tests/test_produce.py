@@ -372,6 +372,11 @@ async def test_transactional_batches_are_refused(local):
     assert p.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
     p = await produce_one(local, "t", txn, transactional_id="tx")
     assert p.error_code == ErrorCode.INVALID_TXN_STATE and "not supported" in p.error_message
+    # ReplicaManager.handleProduceAppend verifies only transactional batches with a producer id;
+    # one without goes to the log like any other (TRANSACTIONAL_ID_AUTHORIZATION_FAILED without an id)
+    no_pid = build_batch([(None, b"a", [])], is_transactional=True)
+    assert (await produce_one(local, "t", no_pid)).error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert (await produce_one(local, "t", no_pid, transactional_id="tx")).error_code == 0
     # a magic 0/1 batch is never transactional (Kafka's legacy batches), whatever its byte 22
     legacy = bytearray(batch([b"a"]))
     legacy[16], legacy[22] = 1, legacy[22] | 0x10

@@ -17,8 +17,9 @@ client notices and refreshes its metadata (Kafka's behaviour).
 As in Kafka, whose first look at a request reads each partition's first batch, a first batch
 whose size field or magic is invalid fails the whole request (CORRUPT_MESSAGE with the reason for
 every partition), and a request holding transactional batches without a transactional id is
-refused as a whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED; transactional batches with an id get
-INVALID_TXN_STATE (no producer can be in a transaction: InitProducerId refuses transactional ids).
+refused as a whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED; with an id, transactional batches
+with a producer id get INVALID_TXN_STATE (no producer can be in a transaction: InitProducerId
+refuses transactional ids) and one without is appended, as Kafka verifies only the former.
 """
 
 from __future__ import annotations

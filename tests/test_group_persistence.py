@@ -438,6 +438,30 @@ async def test_heartbeats_answer_load_in_progress_until_their_partition_is_loade
     await second.stop()
 
 
+async def test_a_partition_that_failed_to_load_answers_not_coordinator(tmp_path):
+    """Kafka's CoordinatorRuntime answers NOT_COORDINATOR for a partition whose load failed
+    (withActiveContextOrThrow: neither active nor loading); an empty partition serves on."""
+    world = World(tmp_path, num_partitions=3)
+    world.topics.create("orders", 1)
+    first = await world.started()
+    a = await hb(first, A, 0, ["orders"])
+    await first.stop()
+    other = next(g for g in (f"other-{i}" for i in range(100))
+                 if world.offsets.partition_for(g) != world.offsets.partition_for("g"))
+
+    class Broken(Runtime):
+        async def _load_partition(self, partition, coordinator):
+            raise ValueError("a record that cannot be replayed")
+
+    second = await world.started(runtime_cls=Broken)
+    assert second.shard_state("g") is ShardState.FAILED
+    failed = await hb(second, A, a.member_epoch)
+    assert (failed.error_code, failed.error_message) == (
+        ErrorCode.NOT_COORDINATOR, "This is not the correct coordinator.")
+    assert (await hb(second, B, 0, ["orders"], group=other)).error_code == 0
+    await second.stop()
+
+
 class Holding(Runtime):
     """Holds every write until ``release`` is set (when ``hold``)."""
 

@@ -87,6 +87,7 @@ DepartureListener = Callable[[str, str], None]
 # (group id, the (topic id, partition) pairs or None for all of the group's): leaders drop it.
 StateInvalidator = Callable[[str, "list[tuple[uuid.UUID, int]] | None"], None]
 LOAD_IN_PROGRESS_MESSAGE = "The coordinator is loading and hence can't process requests."
+NOT_COORDINATOR_MESSAGE = "This is not the correct coordinator."
 INITIALIZATION_WAIT_S = 5.0  # a heartbeat waits at most this long for its group's share-state initialisation
 # A shard whose writes fail again right after a rebuild (a full disk) reloads after this long,
 # doubling up to the second value: its catch-up writes would otherwise fail and rebuild it in a loop.
@@ -157,7 +158,7 @@ class RegistryTopics:
 class ShardState(enum.Enum):
     LOADING = "loading"  # replaying its partition (or waiting for start): requests get 14
     ACTIVE = "active"
-    FAILED = "failed"  # its partition could not be loaded: requests get 15
+    FAILED = "failed"  # its partition could not be loaded: requests get 16
 
 
 class StaleWrite(Exception):
@@ -381,10 +382,13 @@ class GroupCoordinatorRuntime:
 
     def _active_shard(self, group_id: str) -> _Shard:
         """The loaded shard of ``group_id``; raises KafkaError COORDINATOR_LOAD_IN_PROGRESS
-        while it loads, COORDINATOR_NOT_AVAILABLE before start or if it failed to load."""
+        while it loads, COORDINATOR_NOT_AVAILABLE before start, NOT_COORDINATOR if it failed to
+        load (Kafka's runtime: a partition neither active nor loading is not its to coordinate)."""
         shard = self._shard(group_id)
-        if shard is None or shard.state is ShardState.FAILED:
+        if shard is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        if shard.state is ShardState.FAILED:
+            raise KafkaError(ErrorCode.NOT_COORDINATOR, NOT_COORDINATOR_MESSAGE)
         if shard.state is ShardState.LOADING:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, LOAD_IN_PROGRESS_MESSAGE)
         return shard
@@ -508,7 +512,7 @@ class GroupCoordinatorRuntime:
 
     def active_coordinator(self, group_id: str) -> ShareGroupCoordinator:
         """The loaded coordinator of ``group_id``'s shard; raises KafkaError
-        COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE like every request does."""
+        COORDINATOR_LOAD_IN_PROGRESS / NOT_COORDINATOR like every request does."""
         return self._active_shard(group_id).coordinator
 
     async def committed_coordinator(self, group_id: str) -> ShareGroupCoordinator:

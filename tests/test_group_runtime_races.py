@@ -103,8 +103,8 @@ def fail_next_append(offsets) -> None:
 async def test_delete_groups_queued_behind_a_write_that_fails_answers_instead_of_raising(tmp_path):
     """DeleteGroups computed on a leave whose write then fails: its own write never happens
     (the shard is rebuilt from the log, where the member still is). Like every other request
-    it must answer COORDINATOR_NOT_AVAILABLE, not raise StaleWrite out of the handler (which
-    closes the client's connection)."""
+    it must answer (NOT_COORDINATOR, Kafka's answer to a failed write), not raise StaleWrite out
+    of the handler (which closes the client's connection)."""
     world = World(tmp_path)
     world.topics.create("orders", 2)
     runtime = await world.started(runtime_cls=HeldWrites)
@@ -119,10 +119,10 @@ async def test_delete_groups_queued_behind_a_write_that_fails_answers_instead_of
     world.offsets._append = failing_append
     runtime.hold = False
     runtime.release.set()
-    assert (await leave).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert (await leave).error_code == ErrorCode.NOT_COORDINATOR
     with pytest.raises(KafkaError) as e:
         await delete
-    assert e.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert e.value.code == ErrorCode.NOT_COORDINATOR
     assert runtime.coordinator.member("g", A) is not None  # the log's state: the member never left
     world.offsets._append = original
     assert (await hb(runtime, A, a.member_epoch)).error_code == 0
@@ -138,7 +138,7 @@ async def test_delete_groups_whose_own_write_fails_answers_instead_of_raising(tm
     world.offsets._append = failing_append
     with pytest.raises(KafkaError) as e:
         await runtime.delete_group("g")
-    assert e.value.code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert e.value.code == ErrorCode.NOT_COORDINATOR
     await runtime.stop()
 
 
@@ -201,7 +201,7 @@ async def test_share_group_describe_does_not_show_a_join_that_a_failed_write_tak
     world.offsets._append = failing_append
     runtime.hold = False
     runtime.release.set()
-    assert (await join).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert (await join).error_code == ErrorCode.NOT_COORDINATOR
     (group,) = (await describe).groups
     assert (group.error_code, [m.member_id for m in group.members]) == (0, [A])
     world.offsets._append = original
@@ -225,7 +225,7 @@ async def test_list_and_describe_groups_do_not_show_a_group_whose_creation_a_fai
     world.offsets._append = failing_append
     runtime.hold = False
     runtime.release.set()
-    assert (await join).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert (await join).error_code == ErrorCode.NOT_COORDINATOR
     assert (await listed).groups == []
     (group,) = (await described).groups
     assert (group.error_code, group.error_message) == (ErrorCode.GROUP_ID_NOT_FOUND, "Group g not found.")

@@ -283,7 +283,8 @@ async def test_writes_are_persisted_in_the_order_they_were_made(tmp_path):
     (OSError("disk gone"), True),  # unexpected: logged with its traceback
     (KafkaStorageError("write to __consumer_offsets-0 failed: No space left on device"), False),  # the log's to report
 ])
-async def test_a_failed_persist_answers_coordinator_not_available(tmp_path, caplog, failure, traceback):
+async def test_a_failed_persist_answers_not_coordinator(tmp_path, caplog, failure, traceback):
+    """Kafka's CoordinatorOperationExceptionHelper: a storage error is NOT_COORDINATOR."""
     runtime, topics, _, _ = make(tmp_path)
     topics.create("orders", 1)
 
@@ -293,7 +294,7 @@ async def test_a_failed_persist_answers_coordinator_not_available(tmp_path, capl
     runtime._persist = broken
     caplog.set_level(logging.INFO, logger="kshare.group_coordinator")
     resp = await hb(runtime, A, 0, ["orders"])
-    assert resp.error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+    assert resp.error_code == ErrorCode.NOT_COORDINATOR
     assert [r.exc_info is not None for r in caplog.records if r.levelno >= logging.WARNING] == [True] * traceback
     runtime._persist = lambda records: asyncio.sleep(0)
     assert (await hb(runtime, B, 0, ["orders"])).error_code == 0  # later writes go on

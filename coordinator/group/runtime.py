@@ -9,9 +9,10 @@ sans-IO state machine; this shell gives it its inputs and carries out what it as
   produced, one write at a time per shard; a request is answered only after its records
   (and all earlier ones of its shard) are persisted. If a write fails, the shard is rebuilt
   from its log, as on a restart, and the writes queued behind the failed one are dropped
-  (they were computed on state that never reached the log): their requests answer
-  COORDINATOR_NOT_AVAILABLE. Writes that keep failing (a full disk) reload it less and less
-  often (``REBUILD_BACKOFF_MS``) instead of in a loop of catch-up writes;
+  (they were computed on state that never reached the log): like the failed one, their
+  requests answer NOT_COORDINATOR, Kafka's answer to a storage error (``write_error_code``).
+  Writes that keep failing (a full disk) reload it less and less often
+  (``REBUILD_BACKOFF_MS``) instead of in a loop of catch-up writes;
 * loading: at start every non-empty partition is replayed in the background (``loader``);
   until its shard is loaded, requests for its groups answer COORDINATOR_LOAD_IN_PROGRESS.
   A loaded shard gives its members fresh session deadlines and catches up with topic
@@ -47,7 +48,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Awaitable, Callable, Iterable, Mapping, Protocol, Union
 
-from broker.log.store import KafkaStorageError
+from broker.log.store import KafkaStorageError, RecordTooLarge
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.share_group_heartbeat_response import ShareGroupHeartbeatResponse
 
@@ -427,10 +428,10 @@ class GroupCoordinatorRuntime:
         pending = self._begin_initialization(result.initialize)
         try:
             await self._settled(self._queue(shard, result.records, result.departed))
-        except Exception:
+        except Exception as e:
             if pending is not None:
                 pending.set_result(False)
-            return HeartbeatResult.failed(ErrorCode.COORDINATOR_NOT_AVAILABLE, None).to_response()
+            return HeartbeatResult.failed(write_error_code(e), None).to_response()
         if pending is not None:
             initialized = await asyncio.shield(self._initialize_soon(result.initialize, pending))
             if initialized and result.error_code == 0:
@@ -487,12 +488,12 @@ class GroupCoordinatorRuntime:
 
     async def _written(self, shard: _Shard, records: list[CoordinatorRecord]) -> None:
         """Queue ``records`` and wait until they are persisted. A write that fails (or was
-        computed on state an earlier failed write took back) is the request's
-        COORDINATOR_NOT_AVAILABLE, as for heartbeats, never an exception out of its handler."""
+        computed on state an earlier failed write took back) is the request's error
+        (``write_error_code``), as for heartbeats, never an exception out of its handler."""
         try:
             await self._settled(self._queue(shard, records))
-        except Exception:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE) from None
+        except Exception as e:
+            raise KafkaError(write_error_code(e)) from None
 
     async def _delete_state(self, request: StateRequest) -> None:
         try:
@@ -1016,6 +1017,18 @@ class GroupCoordinatorRuntime:
             if records:
                 self._queue(shard, records)
             self._initialize_groups(shard, shard.coordinator.groups_subscribed_to(names))
+
+
+def write_error_code(e: BaseException) -> ErrorCode:
+    """The answer to a request whose records could not be written, as Kafka's
+    CoordinatorOperationExceptionHelper maps the append's error: a storage error (and a write
+    queued behind one, computed on state the rebuild took back) is NOT_COORDINATOR, a record
+    too large UNKNOWN_SERVER_ERROR; anything else COORDINATOR_NOT_AVAILABLE."""
+    if isinstance(e, (StaleWrite, OSError)) or _storage_error(e):  # Kafka's log wraps any I/O error
+        return ErrorCode.NOT_COORDINATOR
+    if isinstance(e, RecordTooLarge):
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+    return ErrorCode.COORDINATOR_NOT_AVAILABLE
 
 
 def _storage_error(e: Exception) -> bool:

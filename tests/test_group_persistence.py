@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.handlers import share_group_describe
 from broker.log import KafkaStorageError, LogConfig
 from broker.log.memory import MemoryLogStore
 from broker.topics import TopicRegistry
@@ -34,6 +36,7 @@ from protocol.coordinator_records.group_metadata_value import GroupMetadataValue
 from protocol.coordinator_records.offset_commit_key import OffsetCommitKey
 from protocol.coordinator_records.offset_commit_value import OffsetCommitValue
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
 from protocol.records import build_batch, check_batches, iter_records, parse_header
 
 HOST = "/127.0.0.1"
@@ -431,6 +434,10 @@ async def test_heartbeats_answer_load_in_progress_until_their_partition_is_loade
     assert (loading.error_code, loading.error_message) == (
         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, "The coordinator is loading and hence can't process requests.")
     assert (await hb(second, B, 0, ["orders"], group=other)).error_code == 0  # an empty partition serves at once
+    # ShareGroupDescribe: Kafka's getErrorDescribedGroupList gives the loading shard's groups the code alone
+    ctx = SimpleNamespace(broker=SimpleNamespace(group_coordinator=second), api_version=1)
+    (described,) = (await share_group_describe.handle(ctx, ShareGroupDescribeRequest(group_ids=["g"]))).groups
+    assert (described.error_code, described.error_message) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None)
     gate.set()
     await second.wait_loaded()
     loaded = await hb(second, A, a.member_epoch)

@@ -3,8 +3,9 @@ state and assignor of share groups, from the group coordinator.
 
 As Kafka 4.2: an empty group id is INVALID_GROUP_ID (answered with group id ""), a group
 that does not exist or is not a share group is GROUP_ID_NOT_FOUND with Kafka's message, a
-shard still loading answers COORDINATOR_LOAD_IN_PROGRESS for its groups. Authorized
-operations are filled in only for groups described successfully, and only when asked for.
+shard still loading answers COORDINATOR_LOAD_IN_PROGRESS for its groups (the code alone, no
+message, as Kafka's getErrorDescribedGroupList). Authorized operations are filled in only for
+groups described successfully, and only when asked for.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def _described(description, include_ops: bool) -> DescribedGroup:
                 member_id=m.member_id, rack_id=m.rack_id, member_epoch=m.member_epoch, client_id=m.client_id,
                 client_host=m.client_host, subscribed_topic_names=list(m.subscribed_topic_names),
                 assignment=Assignment(topic_partitions=[
-                    TopicPartitions(topic_id=tid, topic_name=name, partitions=list(ps)) for tid, name, ps in m.assignment
+                    TopicPartitions(topic_id=tid, topic_name=name, partitions=list(ps))
+                    for tid, name, ps in m.assignment
                 ]),
             )
             for m in description.members
@@ -53,7 +55,12 @@ async def handle(ctx, req) -> ShareGroupDescribeResponse:
             groups.append(DescribedGroup(group_id="", error_code=ErrorCode.INVALID_GROUP_ID))
             continue
         try:
-            description = (await runtime.committed_coordinator(group_id)).describe(group_id)
+            coordinator = await runtime.committed_coordinator(group_id)
+        except KafkaError as e:  # the shard's (loading, unavailable): Kafka answers the code alone
+            groups.append(DescribedGroup(group_id=group_id, error_code=e.code))
+            continue
+        try:
+            description = coordinator.describe(group_id)
         except KafkaError as e:
             groups.append(DescribedGroup(group_id=group_id, error_code=e.code, error_message=e.message))
             continue

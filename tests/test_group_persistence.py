@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from broker.handlers import share_group_describe
+from broker.handlers import describe_groups, share_group_describe
 from broker.log import KafkaStorageError, LogConfig
 from broker.log.memory import MemoryLogStore
 from broker.topics import TopicRegistry
@@ -36,6 +36,7 @@ from protocol.coordinator_records.group_metadata_value import GroupMetadataValue
 from protocol.coordinator_records.offset_commit_key import OffsetCommitKey
 from protocol.coordinator_records.offset_commit_value import OffsetCommitValue
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.describe_groups_request import DescribeGroupsRequest
 from protocol.messages.share_group_describe_request import ShareGroupDescribeRequest
 from protocol.records import build_batch, check_batches, iter_records, parse_header
 
@@ -437,6 +438,9 @@ async def test_heartbeats_answer_load_in_progress_until_their_partition_is_loade
     # ShareGroupDescribe: Kafka's getErrorDescribedGroupList gives the loading shard's groups the code alone
     ctx = SimpleNamespace(broker=SimpleNamespace(group_coordinator=second), api_version=1)
     (described,) = (await share_group_describe.handle(ctx, ShareGroupDescribeRequest(group_ids=["g"]))).groups
+    assert (described.error_code, described.error_message) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None)
+    ctx.api_version = 6  # DescribeGroups v6 too (it has ErrorMessage; the helper leaves it null)
+    (described,) = (await describe_groups.handle(ctx, DescribeGroupsRequest(groups=["g"]))).groups
     assert (described.error_code, described.error_message) == (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, None)
     gate.set()
     await second.wait_loaded()

@@ -3,7 +3,8 @@ group id is answered the way Kafka 4.2 answers one that is not a classic group: 
 no members, empty protocol type and data; from v6 (KIP-1043) with GROUP_ID_NOT_FOUND and the
 message "Group <id> is not a classic group." for a share group or "Group <id> not found."
 otherwise, as of the group's persisted writes (Kafka reads at the last committed offset). A
-shard still loading answers COORDINATOR_LOAD_IN_PROGRESS for its groups.
+shard still loading answers COORDINATOR_LOAD_IN_PROGRESS for its groups (the code alone, no
+message, as Kafka's getErrorDescribedGroupList).
 Authorized operations (v3+) are filled in only for results without an error.
 """
 
@@ -23,8 +24,8 @@ DEAD = "Dead"
 async def _describe(runtime, group_id: str, version: int) -> DescribedGroup:
     try:
         coordinator = await runtime.committed_coordinator(group_id)
-    except KafkaError as e:
-        return DescribedGroup(group_id=group_id, error_code=e.code, error_message=e.message if version >= 6 else None)
+    except KafkaError as e:  # the shard's (loading, unavailable): Kafka's getErrorDescribedGroupList, code alone
+        return DescribedGroup(group_id=group_id, error_code=e.code)
     if version < 6:
         return DescribedGroup(group_id=group_id, group_state=DEAD)
     if coordinator.has_group(group_id):

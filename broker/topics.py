@@ -51,21 +51,19 @@ class Topic:
 
 
 def validate_topic_name(name: str) -> None:
-    """Kafka's Topic.validate, raising INVALID_TOPIC_EXCEPTION with Kafka's messages."""
+    """Kafka 4.2's Topic.validate, raising INVALID_TOPIC_EXCEPTION with its messages ("Topic name
+    is invalid: " and Topic.detectInvalidTopic's reason). The length is Java's, in UTF-16 units."""
+    reason = None
     if not name:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_NAME_LENGTH:
-        raise KafkaError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters, topic name: {name}",
-        )
-    if not _LEGAL.fullmatch(name):
-        raise KafkaError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"Topic name {name} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
-        )
+        reason = "the empty string is not allowed"
+    elif name in (".", ".."):
+        reason = f"'{name}' is not allowed"
+    elif len(name.encode("utf-16-le", "surrogatepass")) // 2 > MAX_NAME_LENGTH:
+        reason = f"the length of '{name}' is longer than the max allowed length {MAX_NAME_LENGTH}"
+    elif not _LEGAL.fullmatch(name):
+        reason = f"'{name}' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"
+    if reason is not None:
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic name is invalid: {reason}")
 
 
 def unknown_topic_error(name: str) -> ErrorCode:
@@ -197,12 +195,14 @@ class TopicRegistry:
     # --- changes ------------------------------------------------------------------------------
 
     def check_new_name(self, name: str) -> None:
-        validate_topic_name(name)
+        """Kafka's createTopics order of precedence: already exists, else a collision (reported
+        even over an invalid name, as "." colliding with a topic "_"), else Topic.validate."""
         if name in self._by_name:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         other = self._by_collision_key.get(_collision_key(name))
         if other is not None:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
+        validate_topic_name(name)
 
     def create(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> Topic:
         """Create a topic (name and configs already validated by the caller)."""

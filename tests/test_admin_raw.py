@@ -458,8 +458,8 @@ def test_describe_configs_errors_and_flags(client, topic_name, node_id):
     assert entries["segment.ms"].synonyms == [] and entries["segment.ms"].config_source == 5
     assert [(r.error_code, r.error_message) for r in results[1:]] == [
         (3, ""),
-        (17, "Topic name bad name! is illegal, it contains a character other than ASCII alphanumerics, '.', '_' "
-             "and '-'"),
+        (17, "Topic name is invalid: 'bad name!' contains one or more characters other than ASCII "
+             "alphanumerics, '.', '_' and '-'"),
         (42, f"Unexpected broker id, expected {node_id} or empty string, but received {node_id + 1}"),
         (42, "Broker id must be an integer, but it is: one"),
         (42, "Unsupported resource type: CLIENT_METRICS"),

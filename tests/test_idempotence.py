@@ -293,9 +293,9 @@ def test_describe_producers_answers_the_state_and_kafkas_errors_and_survives_res
             (idle, 0, 0, None, []),
             ("no-such-topic", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, unknown, []),
             ("no-such-topic", 3, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, unknown, []),
-            ("bad name", 0, ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name bad name is illegal, it contains a "
-             "character other than ASCII alphanumerics, '.', '_' and '-'", []),
-            ("", 0, ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty", []),
+            ("bad name", 0, ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is invalid: 'bad name' contains one or "
+             "more characters other than ASCII alphanumerics, '.', '_' and '-'", []),
+            ("", 0, ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is invalid: the empty string is not allowed", []),
             (topic_name, 0, 0, None, producers),
         ]
         request = [(topic_name, [0, 1, -1, 0]), (idle, [0]), ("no-such-topic", [0, 3]), ("bad name", [0]),

@@ -165,6 +165,37 @@ def test_names_that_differ_only_by_dot_and_underscore_collide_until_one_is_delet
     close(reloaded)
 
 
+@pytest.mark.parametrize("name, reason", [
+    ("", "the empty string is not allowed"),
+    (".", "'.' is not allowed"),
+    ("..", "'..' is not allowed"),
+    ("a" * 250, f"the length of '{'a' * 250}' is longer than the max allowed length 249"),
+    ("\U0001F600" * 125, f"the length of '{chr(0x1F600) * 125}' is longer than the max allowed length 249"),
+    ("bad name!", "'bad name!' contains one or more characters other than ASCII alphanumerics, '.', '_' and '-'"),
+])
+def test_topic_names_are_refused_with_kafka_4_2_messages(name, reason):
+    """Kafka 4.2's Topic.validate: "Topic name is invalid: " and detectInvalidTopic's reason; the
+    length is Java's String.length (UTF-16 units, so 125 emoji are 250)."""
+    with pytest.raises(KafkaError) as e:
+        topics_module.validate_topic_name(name)
+    assert (e.value.code, e.value.message) == (ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic name is invalid: {reason}")
+    topics_module.validate_topic_name("a" * 249)
+
+
+def test_a_collision_is_reported_over_an_invalid_name(tmp_path):
+    """ReplicationControlManager.validateNewTopicNames checks collisions after Topic.validate and
+    overwrites its error: "." with a topic "_" is a collision, not "'.' is not allowed"."""
+    registry = open_registry(tmp_path / "data")
+    registry.create("_", 1)
+    registry.create("__", 1)
+    for name, other in ((".", "_"), ("..", "__")):
+        with pytest.raises(KafkaError) as e:
+            registry.check_new_name(name)
+        assert (e.value.code, e.value.message) == (ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                                   f"Topic '{name}' collides with existing topic: {other}")
+    close(registry)
+
+
 def test_a_change_encodes_only_the_topic_it_changes(tmp_path, monkeypatch):
     """With thousands of topics, encoding every one at each save made creating N topics O(N^2)."""
     registry = open_registry(tmp_path / "data")

@@ -148,6 +148,20 @@ def test_metadata_authorized_operations_cover_topics_that_do_not_exist(client, t
     assert [t.error_code for t in resp.topics] == [0, 3, 17, 100]
 
 
+def test_metadata_does_not_auto_create_what_create_topics_refuses(broker_factory):
+    """Auto-creation asks the controller for replication factor -1, which takes
+    default.replication.factor: above 1, a one-broker Kafka's controller refuses the topic and
+    the metadata keeps answering UNKNOWN_TOPIC_OR_PARTITION (AutoTopicCreationManager)."""
+    b = broker_factory({"default.replication.factor": "2"})
+    with RawClient(b.bootstrap) as c:
+        for _ in range(2):
+            resp = c.request(METADATA, 12, MetadataRequest(topics=[MetadataRequestTopic(name="auto-rf2")],
+                                                           allow_auto_topic_creation=True))
+            assert [(t.name, t.error_code, t.partitions) for t in resp.topics] == [("auto-rf2", 3, [])]
+        results, _ = create(c, topic("explicit-rf1", rf=1))
+        assert results["explicit-rf1"].error_code == 0
+
+
 @pytest.mark.parametrize("name, internal", [("__transaction_state", True), ("__cluster_metadata", False)])
 def test_metadata_does_not_auto_create_the_transaction_state_or_metadata_log(client, name, internal):
     """A one-broker Kafka cannot create __transaction_state (three replicas by default), and

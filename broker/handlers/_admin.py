@@ -98,5 +98,14 @@ def check_manual_assignment(replicas: list[int], node_id: int, expected_rf: int 
     return None
 
 
+def check_replication_factor(rf: int) -> None:
+    """Kafka's createTopic with StripedReplicaPlacer on one registered broker: more than one
+    replica is INVALID_REPLICATION_FACTOR."""
+    if rf > 1:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
+                         "cannot be reached because only 1 broker(s) are registered.")
+
+
 # Kafka's ReplicationControlManager.MAX_PARTITIONS_PER_BATCH
 MAX_PARTITIONS_PER_BATCH = 10_000

@@ -21,7 +21,7 @@ from protocol.uuids import random_uuid
 
 from ..topic_configs import creation_topic_configs, validate_topic_configs
 from ..topics import CLUSTER_METADATA
-from ._admin import MAX_PARTITIONS_PER_BATCH, check_manual_assignment, duplicates
+from ._admin import MAX_PARTITIONS_PER_BATCH, check_manual_assignment, check_replication_factor, duplicates
 
 API_KEY = 19
 MIN_VERSION, MAX_VERSION = 2, 7
@@ -69,10 +69,7 @@ def _placement(topic, broker) -> tuple[int, int]:
     cfg = broker.config
     partitions = cfg["num.partitions"] if topic.num_partitions == -1 else topic.num_partitions
     rf = cfg["default.replication.factor"] if topic.replication_factor == -1 else topic.replication_factor
-    if rf > 1:
-        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                         f"Unable to replicate the partition {rf} time(s): The target replication factor of {rf} "
-                         "cannot be reached because only 1 broker(s) are registered.")
+    check_replication_factor(rf)
     return partitions, rf
 
 

@@ -2,8 +2,11 @@
 
 A single broker leads every partition with leader epoch 0, except one whose log went offline
 (no leader, as Kafka). Unknown topics are created when ``auto.create.topics.enable`` and the
-request allow it (synchronously, so the answer already carries the new topic instead of
-Kafka's transient LEADER_NOT_AVAILABLE). A missing topic not created is answered as Kafka's
+request allow it (synchronously, so the answer already carries the new topic where Kafka's
+AutoTopicCreationManager answers UNKNOWN_TOPIC_OR_PARTITION while the controller creates it),
+and refused where CreateTopics would refuse it: ``default.replication.factor`` above 1 leaves the
+topic missing, as Kafka's controller refuses it and the metadata stays UNKNOWN_TOPIC_OR_PARTITION
+(the broker logs why). A missing topic not created is answered as Kafka's
 getTopicMetadata does: INVALID_TOPIC_EXCEPTION for a name that could never be a topic, else
 UNKNOWN_TOPIC_OR_PARTITION, and IsInternal for the internal names. ``__transaction_state``
 is never auto-created: Kafka would create it with ``transaction.state.log.replication.factor``
@@ -14,6 +17,8 @@ the requested topics as a set).
 """
 
 from __future__ import annotations
+
+import logging
 
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.metadata_response import (
@@ -27,8 +32,10 @@ from protocol.primitives import ZERO_UUID
 from ..authz import CLUSTER_OPERATIONS, NOT_REQUESTED, TOPIC_OPERATIONS
 from ..partitions import leader_of
 from ..topics import CLUSTER_METADATA, INTERNAL_TOPICS, unknown_topic_error
+from ._admin import check_replication_factor
 
 API_KEY = 3
+log = logging.getLogger("kshare.metadata")
 _NEVER_AUTO_CREATED = INTERNAL_TOPICS | {CLUSTER_METADATA}
 MIN_VERSION, MAX_VERSION = 0, 13
 
@@ -59,6 +66,16 @@ def _error_topic(code: ErrorCode, name, topic_id=ZERO_UUID) -> MetadataResponseT
 def _missing(name: str) -> MetadataResponseTopic:
     return MetadataResponseTopic(error_code=unknown_topic_error(name), name=name, topic_id=ZERO_UUID,
                                  is_internal=name in INTERNAL_TOPICS)
+
+
+def _auto_create(broker, name: str):
+    """The new topic, or None when a one-broker cluster cannot place default.replication.factor."""
+    try:
+        check_replication_factor(broker.config["default.replication.factor"])
+    except KafkaError as e:
+        log.info("not auto-creating topic %s: %s", name, e.message)
+        return None
+    return broker.auto_create_topic(name)
 
 
 def _unique(requested: list) -> list:
@@ -115,7 +132,7 @@ async def handle(ctx, req) -> MetadataResponse:
             topic = broker.topics.get(t.name)
             if topic is None and allow_create and t.name not in _NEVER_AUTO_CREATED:
                 try:
-                    topic = broker.auto_create_topic(t.name)
+                    topic = _auto_create(broker, t.name)
                 except KafkaError as e:
                     topics.append(_error_topic(e.code, t.name))
                     continue

@@ -124,6 +124,7 @@ class TopicConfigDef:
     doc: str
     validator: Validator | None = None
     synonyms: tuple[tuple[str, int], ...] = ()  # (broker property, multiplier to this config's unit)
+    internal: bool = False  # ConfigDef.defineInternal: DescribeConfigs lists it only when the topic sets it
 
     def parse(self, raw: Any) -> Any:
         value = parse_typed(self.name, self.type, raw)
@@ -217,6 +218,9 @@ _TOPIC_DEFS: list[TopicConfigDef] = [
        "Stop copying segments to tiered storage and make the tiered data read-only."),
     _t("remote.log.delete.on.disable", BOOLEAN, False,
        "Delete the tiered data when tiered storage is turned off for the topic."),
+    # Kafka 4.1+ (KAFKA-19080): segment size for tests, below segment.bytes' minimum; wins when set.
+    TopicConfigDef("internal.segment.bytes", INT, None, "Segment size that replaces segment.bytes, without its "
+                   "1 MiB minimum (meant for tests).", internal=True),
 ]
 
 TOPIC_CONFIGS: dict[str, TopicConfigDef] = {d.name: d for d in sorted(_TOPIC_DEFS, key=lambda d: d.name)}
@@ -333,6 +337,8 @@ def describe_topic_configs(overrides: Mapping[str, str], cfg: BrokerConfig,
     out = []
     for name in wanted:
         d = TOPIC_CONFIGS[name]
+        if d.internal and name not in overrides:  # ConfigHelper.allConfigs: nonInternalValues + originals
+            continue
         value = d.render(effective_topic_value(d, overrides, cfg))
         synonyms: list[tuple[str, str | None, int]] = []
         if d.synonyms:

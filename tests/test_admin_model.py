@@ -16,7 +16,7 @@ from broker.config import DYNAMIC_CONFIG_FILE, INT, LIST, LONG, BrokerConfig, Co
 from broker.config_resources import APPEND, DELETE, SET, SUBTRACT, AlterOp, apply_ops
 from broker.context import RequestContext
 from broker.handlers import REGISTRY
-from broker.log import MemoryLogStore
+from broker.log import LogConfig, MemoryLogStore
 from broker.topic_configs import (
     TOPIC_CONFIGS,
     creation_topic_configs,
@@ -42,7 +42,11 @@ def test_parse_typed_uses_kafka_messages():
 
 
 def test_topic_config_table_is_kafka_4_2():
-    assert len(TOPIC_CONFIGS) == 33
+    assert len(TOPIC_CONFIGS) == 34  # LogConfig's 33 and its internal internal.segment.bytes (Kafka 4.1+)
+    assert TOPIC_CONFIGS["internal.segment.bytes"].internal
+    validate_topic_configs({"internal.segment.bytes": "100"}, BrokerConfig())  # no minimum
+    assert LogConfig.from_properties({}, {"segment.bytes": "2000000", "internal.segment.bytes": "100"}).segment_bytes \
+        == 100  # Kafka's LogConfig.segmentSize: the internal value wins when set
     assert list(TOPIC_CONFIGS) == sorted(TOPIC_CONFIGS)
     assert "message.format.version" not in TOPIC_CONFIGS and "message.downconversion.enable" not in TOPIC_CONFIGS
     with pytest.raises(KafkaError, match="Value must be at least 1048576"):

@@ -286,7 +286,7 @@ def test_create_topics_validate_only(client, topic_name):
     results, _ = create(client, topic(topic_name, 4), validate_only=True)
     r = results[topic_name]
     assert (r.error_code, r.num_partitions, r.replication_factor) == (0, 4, 1)
-    assert r.topic_id != ZERO_UUID and len(r.configs) == 33
+    assert r.topic_id != ZERO_UUID and len(r.configs) == 34  # with internal.segment.bytes
     assert metadata(client, topic_name).error_code == 3
     results, _ = create(client, topic(topic_name, rf=3), validate_only=True)
     assert results[topic_name].error_code == 38
@@ -448,6 +448,23 @@ def describe_configs(client, *resources, version=4, synonyms=False, docs=False):
     return client.request(DESCRIBE_CONFIGS, version, DescribeConfigsRequest(
         resources=[DescribeConfigsResource(t, n, keys) for t, n, keys in resources],
         include_synonyms=synonyms, include_documentation=docs)).results
+
+
+def test_internal_segment_bytes_is_a_topic_config_listed_as_kafka_4_2_lists_it(client, topic_name):
+    """Kafka 4.1+ defines internal.segment.bytes (LogConfig.defineInternal, KAFKA-19080): topics
+    may set it; CreateTopics lists every config key (KafkaConfigSchema), so it too, null when unset;
+    DescribeConfigs lists internal configs only when the topic sets them (ConfigHelper.allConfigs)."""
+    plain, small = topic_name + "-plain", topic_name + "-small"
+    results, _ = create(client, topic(plain), topic(small, configs={"internal.segment.bytes": "100"}))
+    entries = {n: {c.name: (c.value, c.config_source) for c in results[n].configs} for n in (plain, small)}
+    assert [results[n].error_code for n in (plain, small)] == [0, 0]
+    assert entries[plain]["internal.segment.bytes"] == (None, 5)
+    assert entries[small]["internal.segment.bytes"] == ("100", 1)
+    (described_plain, described_small) = describe_configs(client, (2, plain, None), (2, small, None))
+    assert "internal.segment.bytes" not in {c.name for c in described_plain.configs}
+    assert [(c.name, c.value, c.config_source) for c in described_small.configs
+            if c.name == "internal.segment.bytes"] == [("internal.segment.bytes", "100", 1)]
+    assert describe_configs(client, (2, plain, ["internal.segment.bytes"]))[0].configs == []
 
 
 def test_describe_configs_errors_and_flags(client, topic_name, node_id):

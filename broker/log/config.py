@@ -92,12 +92,15 @@ class LogConfig:
         return None
 
     def with_overrides(self, topic_props: Mapping[str, Any]) -> LogConfig:
-        """This config with topic-level properties (Kafka names, e.g. ``retention.ms``) applied."""
+        """This config with topic-level properties (Kafka names, e.g. ``retention.ms``) applied;
+        ``internal.segment.bytes``, when set, is the segment size (Kafka's LogConfig.segmentSize)."""
         changes = {}
         for key, value in topic_props.items():
             attr = TOPIC_PROPERTY_TO_FIELD.get(key)
             if attr is not None:
                 changes[attr] = _convert(attr, value)
+        if topic_props.get("internal.segment.bytes") is not None:
+            changes["segment_bytes"] = int(topic_props["internal.segment.bytes"])
         return replace(self, **changes) if changes else self
 
     @classmethod

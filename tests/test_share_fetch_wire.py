@@ -567,6 +567,26 @@ def test_partitions_that_returned_records_move_behind_the_others(broker, admin, 
         assert served == [p1, p0, p0, p1]
 
 
+def test_the_rotation_counts_only_the_partitions_the_fetch_reads(broker, admin, topic_name):
+    """Kafka rotates the partitions it fetches (SharePartitionManager.fetchMessages gets them
+    after KafkaApis set the unknown ones aside), so a session partition answered with an error
+    does not shift the order: the same p1, p0, p0, p1 as without it."""
+    tid = create_topic(admin, topic_name, partitions=2)
+    p0, p1, ghost = (tid, 0), (tid, 1), (uuid.uuid4(), 0)
+    with ShareMember(broker.bootstrap, unique("g")) as m:
+        m.open([ghost, p0, p1])
+        served = []
+        for _ in range(4):
+            for p in (0, 1):
+                produce_batches(admin, topic_name, [3], partition=p)
+            resp = m.fetch(max_wait_ms=5000, max_records=3)
+            assert parts(resp)[ghost].error_code == UNKNOWN_TOPIC_ID
+            got = all_acquired(resp)
+            assert len(got) == 1, got
+            served.extend(got)
+        assert served == [p1, p0, p0, p1]
+
+
 def test_min_bytes_is_capped_at_max_bytes(broker, admin, topic_name):
     """KafkaApis.handleFetchFromShareFetchRequest waits for min(MinBytes, MaxBytes): a fetch
     that may take no more than is already there answers at once."""

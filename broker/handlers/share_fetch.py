@@ -99,13 +99,15 @@ async def handle(ctx, req) -> ShareFetchResponse:
     if epoch == CLOSE:
         await close_session(broker, session)
     elif not req.is_renew_ack:
-        order = rotated(list(session.partitions), epoch)
-        for topic_id, p in order:
+        for topic_id, p in session.partitions:
             name, code = resolve(broker, topic_id, p)
             if code:
                 errors[(topic_id, p)] = code
             else:
                 wanted.append((topic_id, p, name))
+        # Kafka rotates only the partitions it reads (fetchMessages gets them once KafkaApis has
+        # set the erroneous ones aside), so an unknown one does not shift the order.
+        wanted = rotated(wanted, epoch)
         if wanted:
             max_bytes = broker.server.response_bytes(min(req.max_bytes, broker.config["fetch.max.bytes"]))
             params = FetchParams(

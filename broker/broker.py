@@ -94,9 +94,8 @@ class Broker:
     def _share_topic_changed(self, changes: list[tuple[str, Topic | None]]) -> None:
         if any(topic is None for _, topic in changes):  # (the listener is not told the deleted ids)
             gone = {key[1] for key, _ in self.share_manager.share_partitions() if self.topics.by_id(key[1]) is None}
-            for topic_id in gone:
+            for topic_id in gone:  # (share sessions keep them, as Kafka's do: see ShareSession)
                 self.share_manager.forget_topic(topic_id)
-                self.share_sessions.forget_partitions(topic_id)
 
     def auto_create_topic(self, name: str) -> Topic:
         """Create ``name`` with broker defaults (Metadata and Produce auto-creation)."""

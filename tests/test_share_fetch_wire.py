@@ -649,10 +649,35 @@ def test_a_topic_deleted_and_recreated_under_a_parked_fetch(broker, admin, topic
         assert resp.error_code == NONE
         assert all_acquired(resp) == {}  # the old topic's share partition is gone
         assert parts(resp)[tp].error_code == UNKNOWN_TOPIC_OR_PARTITION
-        # The session forgot the deleted topic; the member carries on with the new one.
+        # The member carries on with the new one; the session keeps the old one until forgotten.
         resp = m.fetch([(new_id, 0)], max_wait_ms=0)
         assert resp.error_code == NONE
+        assert parts(resp)[tp].error_code == UNKNOWN_TOPIC_OR_PARTITION
     _still_serving(broker)
+
+
+def test_a_deleted_topic_stays_in_the_session_until_forgotten(broker, admin, topic_name):
+    """Kafka's session keeps each partition with the topic name it had when it joined
+    (CachedSharePartition), so a deleted topic's partition is answered UNKNOWN_TOPIC_OR_PARTITION
+    at every fetch until the member forgets it; a topic id unknown when it joined stays
+    UNKNOWN_TOPIC_ID."""
+    tp = (create_topic(admin, topic_name), 0)
+    other = (create_topic(admin, topic_name + "-o"), 0)
+    with ShareMember(broker.bootstrap, unique("g")) as m:
+        m.open([tp, other])
+        resp = admin.request(20, 6, DeleteTopicsRequest(topics=[DeleteTopicState(name=topic_name)],
+                                                        timeout_ms=5000))
+        assert resp.responses[0].error_code == NONE
+        for _ in range(2):
+            resp = m.fetch(max_wait_ms=0)
+            assert resp.error_code == NONE
+            assert {k: p.error_code for k, p in parts(resp).items()} == {tp: UNKNOWN_TOPIC_OR_PARTITION}
+        ghost = (uuid.uuid4(), 0)
+        resp = m.fetch([ghost], max_wait_ms=0)
+        assert {k: p.error_code for k, p in parts(resp).items()} == {
+            tp: UNKNOWN_TOPIC_OR_PARTITION, ghost: UNKNOWN_TOPIC_ID}
+        resp = m.fetch(max_wait_ms=0, forgotten=[tp, ghost])
+        assert resp.error_code == NONE and parts(resp) == {}
 
 
 # --- garbage --------------------------------------------------------------------------------------

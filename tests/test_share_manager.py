@@ -188,12 +188,11 @@ async def test_deleting_a_topic_forgets_it_once_and_answers_its_parked_share_fet
             manager.fetch("g", "m", [(topic_id, 0, "t"), (other_id, 0, "other")], params(60_000)))
         await until_parked(b)
         calls = []
-        forget, forget_sessions = manager.forget_topic, b.share_sessions.forget_partitions
+        forget = manager.forget_topic
         manager.forget_topic = lambda t: calls.append(t) or forget(t)
-        b.share_sessions.forget_partitions = lambda t: calls.append(t) or forget_sessions(t)
 
         b.topics.delete("t")
-        assert calls == [topic_id, topic_id]
+        assert calls == [topic_id]
         result = await asyncio.wait_for(parked, 5)
         assert result[(topic_id, 0)].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         assert (other_id, 0) not in result  # (no records, no error)

@@ -62,12 +62,14 @@ def test_rotation_is_by_epoch_and_skips_open_and_close():
     assert {tuple(rotated(ps, e))[0] for e in range(1, 4)} == {1, 2, 3}
 
 
-def test_forget_deleted_topic():
+def test_partitions_keep_the_topic_name_they_joined_with():
     c = ShareSessionCache(5)
     other = uuid.uuid4()
-    s, _ = c.open("g", "m", [(T, 0), (other, 0)])
-    c.forget_partitions(T)
-    assert list(s.partitions) == [(other, 0)]
+    s, _ = c.open("g", "m", {(T, 0): "t", (other, 0): None})
+    assert c.advance(s, added={(T, 0): None, (T, 1): "t"}) == [(T, 1)]
+    assert s.partitions == {(T, 0): "t", (other, 0): None, (T, 1): "t"}
+    s.responded({}, [(T, 0)])
+    assert list(s.partitions.items()) == [((other, 0), None), ((T, 1), "t"), ((T, 0), "t")]
 
 
 def test_partitions_that_returned_records_go_to_the_end_of_the_fetch_order():

@@ -30,6 +30,16 @@ def resolve(broker, topic_id: UUID, partition: int) -> tuple[str | None, ErrorCo
     return topic.name, ErrorCode.NONE
 
 
+def resolve_in_session(broker, topic_id: UUID, partition: int, known_as: str | None) -> tuple[str | None, ErrorCode]:
+    """``resolve`` for a session partition that joined when its topic was ``known_as`` (None:
+    unknown). Kafka's session keeps that name, so an id unknown then stays UNKNOWN_TOPIC_ID and a
+    topic deleted since is UNKNOWN_TOPIC_OR_PARTITION (KafkaApis.handleFetchFromShareFetchRequest)."""
+    if known_as is None:
+        return None, ErrorCode.UNKNOWN_TOPIC_ID
+    name, code = resolve(broker, topic_id, partition)
+    return name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if code == ErrorCode.UNKNOWN_TOPIC_ID else code
+
+
 def split_acks(broker, partitions, version: int, is_renew_ack: bool):
     """``partitions``: (topic id, partition, AcknowledgementBatch list). Returns the acks to
     apply as {(topic id, partition): [(first, last, types)]} and the codes of the others.

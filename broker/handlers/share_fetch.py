@@ -30,7 +30,7 @@ from ._share import (
     check_identity,
     close_session,
     connection_gone,
-    resolve,
+    resolve_in_session,
     split_acks,
     tie_session_to_connection,
 )
@@ -61,11 +61,12 @@ async def handle(ctx, req) -> ShareFetchResponse:
         return _top_level_error(e.code, e.message)
 
     group, member, epoch = req.group_id, req.member_id, req.share_session_epoch
-    listed: dict[tuple, None] = {}  # partitions named in Topics (a topic may appear twice)
+    listed: dict[tuple, str | None] = {}  # partitions named in Topics, with their topic's name
     ack_parts = []
     for t in req.topics:
+        topic = broker.topics.by_id(t.topic_id)
         for p in t.partitions:
-            listed[(t.topic_id, p.partition_index)] = None
+            listed[(t.topic_id, p.partition_index)] = topic.name if topic is not None else None
             ack_parts.append((t.topic_id, p.partition_index, p.acknowledgement_batches))
     # When any partition carries acknowledgements, Kafka answers the acknowledgement of every
     # partition the request names (NONE where it had no batches, unless none of them could be
@@ -99,8 +100,8 @@ async def handle(ctx, req) -> ShareFetchResponse:
     if epoch == CLOSE:
         await close_session(broker, session)
     elif not req.is_renew_ack:
-        for topic_id, p in session.partitions:
-            name, code = resolve(broker, topic_id, p)
+        for (topic_id, p), known_as in session.partitions.items():
+            name, code = resolve_in_session(broker, topic_id, p, known_as)
             if code:
                 errors[(topic_id, p)] = code
             else:

@@ -30,8 +30,9 @@ class ShareSession:
     group_id: str
     member_id: str
     epoch: int = 1
-    # Insertion-ordered: the fetch order, rotated by the caller for fairness.
-    partitions: dict[TopicPartition, None] = field(default_factory=dict)
+    # Insertion-ordered: the fetch order, rotated by the caller for fairness. Values: the topic
+    # name when the partition joined the session, or None if its topic id was unknown then.
+    partitions: dict[TopicPartition, str | None] = field(default_factory=dict)
     connection_id: int | None = None
     # Partitions whose last read failed: the next incremental response lists them once more.
     resend: set[TopicPartition] = field(default_factory=set)
@@ -54,8 +55,7 @@ class ShareSession:
         parts = self.partitions
         for tp in served:
             if tp in parts:
-                del parts[tp]
-                parts[tp] = None
+                parts[tp] = parts.pop(tp)
 
 
 class ShareSessionCache:
@@ -82,7 +82,7 @@ class ShareSessionCache:
                 ErrorCode.SHARE_SESSION_LIMIT_REACHED,
                 f"The share session cache is full ({self.max_sessions} sessions).",
             )
-        session = ShareSession(group_id, member_id, 1, dict.fromkeys(partitions), connection_id)
+        session = ShareSession(group_id, member_id, 1, _named(partitions), connection_id)
         self._sessions[key] = session
         return session, old
 
@@ -104,11 +104,12 @@ class ShareSessionCache:
         return session
 
     def advance(self, session: ShareSession, added=(), forgotten=()) -> list[TopicPartition]:
-        """An incremental request: add and forget partitions, move the epoch; returns the new ones."""
+        """An incremental request: add and forget partitions, move the epoch; returns the new ones.
+        A partition already in the session keeps the name it joined with."""
         new = []
-        for tp in added:
+        for tp, name in _named(added).items():
             if tp not in session.partitions:
-                session.partitions[tp] = None
+                session.partitions[tp] = name
                 new.append(tp)
         for tp in forgotten:
             session.partitions.pop(tp, None)
@@ -128,11 +129,10 @@ class ShareSessionCache:
         self.evictions += 1
         return True
 
-    def forget_partitions(self, topic_id) -> None:
-        """Drop a deleted topic's partitions from every session."""
-        for s in self._sessions.values():
-            for tp in [tp for tp in s.partitions if tp[0] == topic_id]:
-                del s.partitions[tp]
+
+def _named(partitions) -> dict:
+    """``partitions``: {(topic id, partition): topic name}, or bare pairs (names unknown)."""
+    return dict(partitions) if isinstance(partitions, dict) else dict.fromkeys(partitions)
 
 
 def rotated(partitions: list, epoch: int) -> list:

@@ -343,7 +343,7 @@ class BrokerCollector:
             acks.add_metric([name], stats.acknowledged[t])
         yield acks
         load = HistogramMetricFamily("kafka_server_sharegroupmetrics_partitionloadtimems",
-                                     "Time to load a share partition's state, in milliseconds.")
+                                     "Time to load a share partition's state (failed loads too), in milliseconds.")
         load.add_metric([], stats.partition_load_ms.cumulative(), stats.partition_load_ms.sum)
         yield load
         for table, what, name in ((stats.fetch_requests, "ShareFetch", "sharefetchrequests"),

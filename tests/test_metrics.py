@@ -23,6 +23,7 @@ from broker import metrics as metrics_module
 from broker.broker import Broker
 from broker.config import BrokerConfig, ConfigError
 from broker.log.memory import MemoryLogStore
+from broker.share.manager import FetchParams
 from broker.metrics import (
     ACK_TYPE_NAMES,
     SIZE_BUCKETS_BYTES,
@@ -119,6 +120,26 @@ async def test_share_request_counters_have_an_all_topics_series_without_the_topi
     om = {(s.name, frozenset(s.labels.items())): s.value
           for f in text_string_to_openmetrics_families(b"".join(om_parts).decode()) for s in f.samples}
     assert om[("kafka_server_brokertopicmetrics_totalsharefetchrequests_total", frozenset())] == 2
+
+
+
+async def test_a_failed_share_partition_load_is_timed_too(tmp_path):
+    """Kafka's processShareFetch records PartitionLoadTimeMs when the load it started
+    completes, successfully or not: a share partition never initialised fails to load, and
+    is one sample."""
+    b = Broker(_config(tmp_path), store=MemoryLogStore())
+    await b.start()
+    try:
+        topic_id = b.topics.create("t", 1).topic_id
+        got = await b.share_manager.fetch("g", "m", [(topic_id, 0, "t")], _fetch_params())
+        assert got[(topic_id, 0)].error_code  # not initialised by the group coordinator
+        assert b.metrics.share.partition_load_ms.count == 1
+    finally:
+        await b.stop()
+
+
+def _fetch_params(max_records: int = 500, max_bytes: int = 1 << 20):
+    return FetchParams(max_wait_ms=0, min_bytes=1, max_bytes=max_bytes, max_records=max_records, batch_size=500)
 
 
 class _Families:

@@ -238,6 +238,8 @@ class SharePartitionManager:
                 leader.loaded.set_result(None)
                 self.stats.partition_load_ms.observe((time.perf_counter() - started) * 1000)
             except BaseException as e:
+                if isinstance(e, Exception):  # a failed load is timed too, as Kafka's processShareFetch does
+                    self.stats.partition_load_ms.observe((time.perf_counter() - started) * 1000)
                 if self._leaders.get(key) is leader:  # (an admin request may have dropped it meanwhile)
                     self._drop(key)
                 error = _load_error(e)

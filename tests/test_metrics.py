@@ -138,6 +138,23 @@ async def test_a_failed_share_partition_load_is_timed_too(tmp_path):
         await b.stop()
 
 
+@pytest.mark.parametrize("max_records, max_bytes", [(0, 1 << 20), (500, 0)])
+async def test_a_share_fetch_for_no_records_or_no_bytes_is_not_counted(tmp_path, max_records, max_bytes):
+    """Kafka's processShareFetch answers such a fetch at once, before it loads a share
+    partition or marks TotalShareFetchRequestsPerSec."""
+    b = Broker(_config(tmp_path), store=MemoryLogStore())
+    await b.start()
+    try:
+        topic_id = b.topics.create("t", 1).topic_id
+        p = _fetch_params(max_records=max_records, max_bytes=max_bytes)
+        assert await b.share_manager.fetch("g", "m", [(topic_id, 0, "t")], p) == {}
+        assert b.metrics.share.fetch_requests == {"": [0, 0]}
+        assert b.share_manager.cached("g", topic_id, 0) is None
+        assert b.metrics.share.partition_load_ms.count == 0
+    finally:
+        await b.stop()
+
+
 def _fetch_params(max_records: int = 500, max_bytes: int = 1 << 20):
     return FetchParams(max_wait_ms=0, min_bytes=1, max_bytes=max_bytes, max_records=max_records, batch_size=500)
 

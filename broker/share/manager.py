@@ -306,7 +306,12 @@ class SharePartitionManager:
         """Acquire records for ``member_id`` from ``partitions`` ((topic id, partition, topic name),
         in the order to serve them), long-polling up to MaxWaitMs until MinBytes are available.
         Answers the partitions that have records or an error. A fetch woken after ``gone()``
-        (its client disconnected) acquires nothing and hands the wake-up on."""
+        (its client disconnected) acquires nothing and hands the wake-up on.
+
+        Asked for no records or no bytes, it answers nothing at once, loading and counting
+        nothing (TotalShareFetchRequests), as Kafka's SharePartitionManager.processShareFetch."""
+        if params.max_records == 0 or params.max_bytes == 0:
+            return {}
         results = await self._fetch(group_id, member_id, partitions, params, gone)
         failed = {tp for tp, f in results.items() if f.error_code}
         self.stats.share_requests(self.stats.fetch_requests, per_topic(

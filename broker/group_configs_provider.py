@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from coordinator.group import configs as group_configs
-from coordinator.group.runtime import group_broker_properties
 from protocol.errors import ErrorCode, KafkaError
 
 from .config_resources import GROUP, AlterOp, ConfigEntry, apply_ops, register_provider
@@ -47,11 +46,12 @@ class GroupConfigProvider:
     def describe(self, broker: Broker, name: str, keys: list[str] | None) -> list[ConfigEntry]:
         _check_name(name, "Group name must not be empty")
         cfg = broker.config
+        # All the broker's properties, not only group.*: Kafka 4.2 lists a bare group config
+        # name set in the properties file as a synonym.
         entries = group_configs.describe(
-            _runtime(broker).group_configs(name), group_broker_properties(cfg.static),
+            _runtime(broker).group_configs(name), cfg.static,
             include_synonyms=True, include_docs=True, names=keys,
-            dynamic_broker_config=group_broker_properties(cfg.dynamic),
-            dynamic_default_broker_config=group_broker_properties(cfg.dynamic_default),
+            dynamic_broker_config=cfg.dynamic, dynamic_default_broker_config=cfg.dynamic_default,
         )
         return [
             ConfigEntry(e.name, e.value, e.source, e.read_only, e.is_sensitive,

@@ -76,7 +76,7 @@ def test_describe_defaults_of_any_group(admin, group):
     session = configs["share.session.timeout.ms"]
     assert (session.value, session.source, session.is_read_only, session.is_sensitive) == (
         "45000", ConfigSource.DEFAULT_CONFIG.value, False, False)
-    assert list(session.synonyms) == ["group.share.session.timeout.ms"]
+    assert list(session.synonyms) == ["share.session.timeout.ms"]  # Kafka 4.2: the bare name, DEFAULT_CONFIG
     reset = configs["share.auto.offset.reset"]
     assert (reset.value, reset.source, list(reset.synonyms)) == ("latest", ConfigSource.DEFAULT_CONFIG.value,
                                                                  ["share.auto.offset.reset"])
@@ -91,7 +91,7 @@ def test_set_and_delete(admin, group):
     configs = describe(admin, group)
     lock = configs["share.record.lock.duration.ms"]
     assert (lock.value, lock.source) == ("45000", ConfigSource.GROUP_CONFIG.value)
-    assert list(lock.synonyms) == ["share.record.lock.duration.ms", "group.share.record.lock.duration.ms"]
+    assert list(lock.synonyms) == ["share.record.lock.duration.ms"]
     assert lock.synonyms["share.record.lock.duration.ms"].source == ConfigSource.GROUP_CONFIG.value
     assert configs["share.auto.offset.reset"].value == "earliest"
     assert configs["share.heartbeat.interval.ms"].value == "6000"
@@ -158,8 +158,7 @@ def test_raw_requests_empty_name_and_legacy_alter(broker, group):
         assert list(entries) == ["share.heartbeat.interval.ms", "share.session.timeout.ms"]
         session = entries["share.session.timeout.ms"]
         assert (session.value, session.config_source, session.config_type) == ("55000", 8, 3)
-        assert [(s.name, s.value, s.source) for s in session.synonyms] == [
-            ("share.session.timeout.ms", "55000", 8), ("group.share.session.timeout.ms", "45000", 5)]
+        assert [(s.name, s.value, s.source) for s in session.synonyms] == [("share.session.timeout.ms", "55000", 8)]
         assert session.documentation
         assert (entries["share.heartbeat.interval.ms"].value, entries["share.heartbeat.interval.ms"].config_source) == (
             "5000", 5)
@@ -186,8 +185,10 @@ def test_group_configs_survive_a_restart(broker_factory, topic_name):
     configs = describe(admin, "g")
     assert (configs["share.record.lock.duration.ms"].value, configs["share.record.lock.duration.ms"].source) == (
         "20000", ConfigSource.GROUP_CONFIG.value)
-    other = describe(admin, "h")["share.heartbeat.interval.ms"]  # the broker's static value
-    assert (other.value, other.source) == ("6000", ConfigSource.STATIC_BROKER_CONFIG.value)
+    other = describe(admin, "h")["share.heartbeat.interval.ms"]  # the broker's static value, DEFAULT_CONFIG in 4.2
+    assert (other.value, other.source) == ("6000", ConfigSource.DEFAULT_CONFIG.value)
+    assert [(s.name, s.value, s.source) for s in other.synonyms.values()] == [
+        ("share.heartbeat.interval.ms", "6000", ConfigSource.DEFAULT_CONFIG.value)]
     with RawClient(b.bootstrap) as client:
         create_topic(client, topic_name)
         assert join(client, "g", topic_name).heartbeat_interval_ms == 8000

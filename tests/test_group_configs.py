@@ -139,28 +139,30 @@ def test_describe_defaults():
 
 
 def test_describe_sources_and_synonyms():
+    """Kafka 4.2's ConfigHelper.createGroupConfigEntry: the config itself first (GROUP_CONFIG when
+    set, else DEFAULT_CONFIG with the value in use), then the broker properties of the bare
+    group config name; the broker's group.-prefixed property is no synonym (that is 4.3)."""
     entries = describe({"share.session.timeout.ms": "50000", "share.isolation.level": "read_committed"},
-                       {"group.share.heartbeat.interval.ms": "6000", "group.share.record.lock.duration.ms": "20000"},
+                       {"group.share.heartbeat.interval.ms": "6000", "group.share.record.lock.duration.ms": "20000",
+                        "share.record.lock.duration.ms": "17000"},
                        include_synonyms=True, include_docs=True,
                        dynamic_broker_config={"group.share.record.lock.duration.ms": "25000"})
     by_name = {e.name: e for e in entries}
     e = by_name["share.session.timeout.ms"]
     assert (e.value, e.source) == ("50000", 8)
-    assert [(s.name, s.value, s.source) for s in e.synonyms] == [
-        ("share.session.timeout.ms", "50000", 8), ("group.share.session.timeout.ms", "45000", 5)]
+    assert [(s.name, s.value, s.source) for s in e.synonyms] == [("share.session.timeout.ms", "50000", 8)]
     e = by_name["share.heartbeat.interval.ms"]
-    assert (e.value, e.source) == ("6000", 4)
-    assert [(s.name, s.value, s.source) for s in e.synonyms] == [
-        ("group.share.heartbeat.interval.ms", "6000", 4), ("group.share.heartbeat.interval.ms", "5000", 5)]
+    assert (e.value, e.source) == ("6000", 5)
+    assert [(s.name, s.value, s.source) for s in e.synonyms] == [("share.heartbeat.interval.ms", "6000", 5)]
     e = by_name["share.record.lock.duration.ms"]
-    assert (e.value, e.source) == ("25000", 2)
-    assert [s.source for s in e.synonyms] == [2, 4, 5]
+    assert (e.value, e.source) == ("25000", 5)
+    assert [(s.name, s.value, s.source) for s in e.synonyms] == [
+        ("share.record.lock.duration.ms", "25000", 5), ("share.record.lock.duration.ms", "17000", 4)]
     e = by_name["share.isolation.level"]
     assert (e.value, e.source) == ("read_committed", 8)
-    assert [(s.name, s.value, s.source) for s in e.synonyms] == [
-        ("share.isolation.level", "read_committed", 8), ("share.isolation.level", "read_uncommitted", 5)]
-    assert [(s.name, s.source) for s in by_name["share.auto.offset.reset"].synonyms] == [
-        ("share.auto.offset.reset", 5)]
+    assert [(s.name, s.value, s.source) for s in e.synonyms] == [("share.isolation.level", "read_committed", 8)]
+    assert [(s.name, s.value, s.source) for s in by_name["share.auto.offset.reset"].synonyms] == [
+        ("share.auto.offset.reset", "latest", 5)]
     assert all(e.documentation for e in entries)
 
 

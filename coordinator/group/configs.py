@@ -335,13 +335,15 @@ def describe(
 ) -> list[ConfigEntry]:
     """All group configs (or ``names`` among them, unknown ones skipped), sorted by name.
 
-    A config set on the group has source GROUP_CONFIG (8); otherwise the source of its
-    first synonym: the broker property ``group.<name>`` as a dynamic per-broker (2),
-    dynamic cluster default (3), static (4) or default (5) value, in that precedence.
-    ``broker_config`` holds the static properties. Configs with no broker property have
-    one synonym: their own name, default value, source 5. Synonyms are listed only when
-    asked for; documentation only when asked for. Works for any group name, existing or
-    not. ``group_props`` are assumed valid (they were validated when set).
+    Kafka 4.2's ConfigHelper.createGroupConfigEntry: the first synonym is the config itself,
+    source GROUP_CONFIG (8) when set on the group, else DEFAULT_CONFIG (5) with the value in
+    use (the broker's ``group.<name>`` property, else the config's own default); the entry's
+    source is that synonym's. The broker synonyms it looks up are the group config's own name
+    among the broker's dynamic (2), dynamic default (3) and static (4) properties (4.2 passes
+    the name without the ``group.`` prefix, so they appear only when a properties file sets
+    the bare name; the ``group.``-prefixed chain is KAFKA-20289, 4.3). ``broker_config`` holds
+    the static properties. Synonyms and documentation are listed only when asked for. Works
+    for any group name, existing or not. ``group_props`` are assumed valid (validated when set).
     """
     dynamic = dynamic_broker_config or {}
     dynamic_default = dynamic_default_broker_config or {}
@@ -350,23 +352,16 @@ def describe(
     entries = []
     for name in sorted(wanted):
         definition = GROUP_CONFIG_DEFS[name]
-        synonyms: list[ConfigSynonym] = []
         if name in group_props:
             value = _as_text(_parse(definition, group_props[name]))
-            synonyms.append(ConfigSynonym(name, value, SOURCE_GROUP))
+            synonyms = [ConfigSynonym(name, value, SOURCE_GROUP)]
         else:
             value = _as_text(_broker_default(definition, layered))
-        broker_name = definition.broker_synonym
-        if broker_name is None:
-            synonyms.append(ConfigSynonym(name, _as_text(definition.default), SOURCE_DEFAULT))
-        else:
-            broker_def = BROKER_CONFIG_DEFS[broker_name]
-            for layer, source in ((dynamic, SOURCE_DYNAMIC_BROKER),
-                                  (dynamic_default, SOURCE_DYNAMIC_DEFAULT_BROKER),
-                                  (broker_config, SOURCE_STATIC_BROKER)):
-                if broker_name in layer:
-                    synonyms.append(ConfigSynonym(broker_name, _as_text(broker_value(broker_name, layer)), source))
-            synonyms.append(ConfigSynonym(broker_name, _as_text(broker_def.default), SOURCE_DEFAULT))
+            synonyms = [ConfigSynonym(name, value, SOURCE_DEFAULT)]
+        for layer, source in ((dynamic, SOURCE_DYNAMIC_BROKER), (dynamic_default, SOURCE_DYNAMIC_DEFAULT_BROKER),
+                              (broker_config, SOURCE_STATIC_BROKER)):
+            if name in layer:
+                synonyms.append(ConfigSynonym(name, layer[name], source))
         entries.append(ConfigEntry(
             name=name,
             value=value,

@@ -590,3 +590,69 @@ async def test_a_lock_expiry_is_written_with_the_start_offset_before_it_moves(tm
         assert leader.sp.start_offset == 3 and leader.sp.delivery_complete_count == 0
         state = await manager.persister.read_state("g", topic_id, 0, leader_epoch=0)
         assert state.start_offset == 0
+
+
+async def test_a_log_start_moved_under_held_records_leaves_them_in_the_in_flight_window(tmp_path):
+    """Kafka's share partition follows a moved log start only when a read from its next fetch
+    offset fails OFFSET_OUT_OF_RANGE (ShareFetchUtils.processFetchResponse calls
+    updateCacheAndOffsets). Records a consumer holds below the new start therefore still count
+    under group.share.partition.max.record.locks, and their acknowledgement is written with
+    the old start offset. kshare moved the SPSO at every fetch: m2 acquired offset 100 past
+    the limit, and the acceptance was written as 50-99 from start offset 50."""
+    async with running_broker(tmp_path, {"group.share.partition.max.record.locks": "100"}) as b:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 1).topic_id
+        tp = (topic_id, 0)
+        await share_partition(b, "g", topic_id, 0, "t")
+        await produce(b, "t", [b"x"] * 100)
+        await produce(b, "t", [b"y"])
+        held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0, max_records=100, batch_size=100))
+        assert held[tp].acquired == [(0, 99, 1)]
+        b.store.get("t", 0).delete_records_before(50)
+        assert await manager.fetch("g", "m2", [(topic_id, 0, "t")], params(0)) == {}
+        sp = manager.cached("g", topic_id, 0)
+        assert (sp.start_offset, sp.in_flight_count) == (0, 100)
+
+        writes = []
+        write_state = manager.persister.write_state
+
+        async def spy(*args, **kwargs):
+            writes.append((kwargs["start_offset"], kwargs["delivery_complete_count"], kwargs["batches"]))
+            return await write_state(*args, **kwargs)
+
+        manager.persister.write_state = spy
+        assert await manager.acknowledge("g", "m1", {tp: [(0, 99, [1])]}) == {tp: (0, None)}
+        assert writes == [(0, 100, [(0, 99, 2, 1)])]
+        got = await manager.fetch("g", "m2", [(topic_id, 0, "t")], params(0))
+        assert got[tp].acquired == [(100, 100, 1)]
+
+
+async def test_a_fetch_from_below_the_log_start_answers_at_once_and_the_next_one_reads_from_it(tmp_path):
+    """A released record below a moved log start is where the next fetch reads: Kafka's read
+    fails OFFSET_OUT_OF_RANGE, which completes the long poll at once with nothing for the
+    partition, after moving it to the log start (archiving the available records below). The
+    next fetch acquires from there. The same when a share partition is loaded with its start
+    offset below the log start. kshare read again from the new start within the same fetch."""
+    async with running_broker(tmp_path) as b:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 1).topic_id
+        tp = (topic_id, 0)
+        await share_partition(b, "g", topic_id, 0, "t")
+        for value in (b"a", b"b", b"c", b"d"):
+            await produce(b, "t", [value])
+        held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0, max_records=2, batch_size=2))
+        assert held[tp].acquired == [(0, 1, 1)]
+        await manager.acknowledge("g", "m1", {tp: [(0, 1, [2])]})  # released: the next fetch reads at 0
+        b.store.get("t", 0).delete_records_before(2)
+        long_poll = params(60_000)
+        assert await asyncio.wait_for(manager.fetch("g", "m2", [(topic_id, 0, "t")], long_poll), 5) == {}
+        sp = manager.cached("g", topic_id, 0)
+        assert (sp.start_offset, sp.next_fetch_offset()) == (2, 2)
+        got = await manager.fetch("g", "m2", [(topic_id, 0, "t")], params(0))
+        assert got[tp].acquired == [(2, 3, 1)]
+
+        manager.forget_share_state("g")  # loaded again with the stored start offset, 0
+        assert (await share_partition(b, "g", topic_id, 0, "t")).start_offset == 0
+        assert await asyncio.wait_for(manager.fetch("g", "m3", [(topic_id, 0, "t")], long_poll), 5) == {}
+        got = await manager.fetch("g", "m3", [(topic_id, 0, "t")], params(0))
+        assert got[tp].acquired == [(2, 3, 1)]

@@ -22,7 +22,7 @@ from uuid import UUID
 from coordinator.group.configs import EffectiveGroupConfig, effective
 from protocol.errors import ErrorCode, KafkaError
 
-from ..log import READ_ERRORS, OffsetOutOfRange
+from ..log import READ_ERRORS
 from ..metrics import ShareGroupStats, SharePartitionStats, per_topic
 from ..partitions import data_key
 from .offset_reset import resolve_start_offset
@@ -169,14 +169,9 @@ def _note_density(leader: _Leader, rr) -> None:
 
 def _read_next(lg, sp: SharePartition, read_bytes: int):
     """``(offset, read)`` from the share partition's next fetch offset (read None at the log
-    end); a log start that passed that offset is applied first."""
+    end). The caller has checked that the offset is not below the log start."""
     offset = sp.next_fetch_offset()
-    try:
-        return offset, (lg.read(offset, read_bytes) if offset < lg.end_offset else None)
-    except OffsetOutOfRange:
-        sp.on_log_start_offset(lg.start_offset)
-        offset = sp.next_fetch_offset()
-        return offset, (lg.read(offset, read_bytes) if offset < lg.end_offset else None)
+    return offset, (lg.read(offset, read_bytes) if offset < lg.end_offset else None)
 
 
 async def _gather(aws) -> None:
@@ -293,9 +288,7 @@ class SharePartitionManager:
         except ShareStateError as e:
             log.error("share partition %s: unusable persisted state: %s", key, e)
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(e)) from None
-        if lg.start_offset > sp.start_offset:
-            sp.on_log_start_offset(lg.start_offset)
-        return sp
+        return sp  # (a log start past the SPSO is applied by the first fetch: see _acquire)
 
     # --- fetch ----------------------------------------------------------------------------------
 
@@ -379,16 +372,24 @@ class SharePartitionManager:
             if lg.offline:  # as Fetch: Kafka's getPartitionOrError, even with nothing to read
                 reads.append((topic_id, p, leader, None, ErrorCode.KAFKA_STORAGE_ERROR))
                 continue
-            sp = leader.sp
-            if lg.start_offset > sp.start_offset:
-                sp.on_log_start_offset(lg.start_offset)
-            if sp.can_acquire():
+            if leader.sp.can_acquire():
                 with_room.append((topic_id, p, leader, lg))
         budget_bytes = max(params.max_bytes // max(len(with_room), 1), 1)
         older = False  # a read starts in a segment older than the log end's
+        out_of_range = False
         for topic_id, p, leader, lg in with_room:
             sp = leader.sp
-            if sp.next_fetch_offset() >= lg.end_offset:
+            offset = sp.next_fetch_offset()
+            if offset < lg.start_offset:
+                # Kafka's read fails OFFSET_OUT_OF_RANGE; processFetchResponse then moves the
+                # share partition to the log start (updateCacheAndOffsets) and answers it
+                # without records, and the read error completes the fetch at once. The SPSO
+                # follows the log start only so: while consumers hold every record below it,
+                # they still count under the lock limit, and writes carry the old SPSO.
+                sp.on_log_start_offset(lg.start_offset)
+                out_of_range = True
+                continue
+            if offset >= lg.end_offset:
                 continue
             try:
                 offset, rr = _read(lg, leader, params, budget_bytes)
@@ -399,7 +400,8 @@ class SharePartitionManager:
                 total += min(rr.size, budget_bytes)  # Kafka counts a partition's bytes up to its share
                 reads.append((topic_id, p, leader, (offset, rr), ErrorCode.NONE))
                 older = older or offset < lg.active_segment_base
-        failed = any(r[4] for r in reads)  # like a log read error, a vanished partition answers at once
+        # Like a log read error (an offset out of range too), a vanished partition answers at once.
+        failed = out_of_range or any(r[4] for r in reads)
         # Kafka's isMinBytesSatisfied counts bytes only within the log end's segment: a fetch
         # offset on an older one (the partition rolled, or the fetch fell behind) is enough.
         if not final and not failed and not older and (total < params.min_bytes or (total == 0 and not with_room)):

@@ -158,8 +158,13 @@ def test_metadata_does_not_auto_create_what_create_topics_refuses(broker_factory
             resp = c.request(METADATA, 12, MetadataRequest(topics=[MetadataRequestTopic(name="auto-rf2")],
                                                            allow_auto_topic_creation=True))
             assert [(t.name, t.error_code, t.partitions) for t in resp.topics] == [("auto-rf2", 3, [])]
-        results, _ = create(c, topic("explicit-rf1", rf=1))
-        assert results["explicit-rf1"].error_code == 0
+        results, _ = create(c, topic("explicit.rf1", rf=1))
+        assert results["explicit.rf1"].error_code == 0
+        # The name is checked first (validateNewTopicNames before the replica placement): a
+        # collision is still answered INVALID_TOPIC_EXCEPTION at once, as README says.
+        resp = c.request(METADATA, 12, MetadataRequest(topics=[MetadataRequestTopic(name="explicit_rf1")],
+                                                       allow_auto_topic_creation=True))
+        assert [(t.name, t.error_code) for t in resp.topics] == [("explicit_rf1", 17)]
 
 
 @pytest.mark.parametrize("name, internal", [("__transaction_state", True), ("__cluster_metadata", False)])

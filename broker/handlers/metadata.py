@@ -69,7 +69,10 @@ def _missing(name: str) -> MetadataResponseTopic:
 
 
 def _auto_create(broker, name: str):
-    """The new topic, or None when a one-broker cluster cannot place default.replication.factor."""
+    """The new topic, or None when a one-broker cluster cannot place default.replication.factor.
+    The name is checked first (raising), as Kafka's controller validates names before placing
+    replicas: a collision is INVALID_TOPIC_EXCEPTION whatever the replication factor."""
+    broker.topics.check_new_name(name)
     try:
         check_replication_factor(broker.config["default.replication.factor"])
     except KafkaError as e:

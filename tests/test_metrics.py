@@ -330,10 +330,10 @@ async def test_share_sessions_dropped_with_their_connection_count_as_evictions(t
     await b.start()
     try:
         cache = b.share_sessions
-        gone, _ = cache.open("g", "m1", [])
-        closed, _ = cache.open("g", "m2", [])
-        replaced, _ = cache.open("g", "m3", [])
-        cache.open("g", "m3", [])
+        gone, _ = cache.open("g", "m1", {})
+        closed, _ = cache.open("g", "m2", {})
+        replaced, _ = cache.open("g", "m3", {})
+        cache.open("g", "m3", {})
         cache.close("g", "m2")
         assert [cache.evict(s) for s in (gone, gone, closed, replaced)] == [True, False, False, False]
         assert len(cache) == 1

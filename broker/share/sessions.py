@@ -10,6 +10,7 @@ Pure bookkeeping: the caller releases records and builds responses.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from protocol.errors import ErrorCode, KafkaError
@@ -73,8 +74,10 @@ class ShareSessionCache:
     def sessions(self) -> list[ShareSession]:
         return list(self._sessions.values())
 
-    def open(self, group_id: str, member_id: str, partitions, connection_id: int | None = None) -> tuple[ShareSession, ShareSession | None]:
-        """Epoch 0: a new session; returns it and the session it replaced (if any)."""
+    def open(self, group_id: str, member_id: str, partitions: Mapping[TopicPartition, str | None],
+             connection_id: int | None = None) -> tuple[ShareSession, ShareSession | None]:
+        """Epoch 0: a new session over ``partitions`` ({(topic id, partition): topic name or
+        None}); returns it and the session it replaced (if any)."""
         key = (group_id, member_id)
         old = self._sessions.pop(key, None)
         if old is None and len(self._sessions) >= self.max_sessions:
@@ -82,7 +85,7 @@ class ShareSessionCache:
                 ErrorCode.SHARE_SESSION_LIMIT_REACHED,
                 f"The share session cache is full ({self.max_sessions} sessions).",
             )
-        session = ShareSession(group_id, member_id, 1, _named(partitions), connection_id)
+        session = ShareSession(group_id, member_id, 1, dict(partitions), connection_id)
         self._sessions[key] = session
         return session, old
 
@@ -103,11 +106,12 @@ class ShareSessionCache:
             )
         return session
 
-    def advance(self, session: ShareSession, added=(), forgotten=()) -> list[TopicPartition]:
-        """An incremental request: add and forget partitions, move the epoch; returns the new ones.
-        A partition already in the session keeps the name it joined with."""
+    def advance(self, session: ShareSession, added: Mapping[TopicPartition, str | None] | None = None,
+                forgotten=()) -> list[TopicPartition]:
+        """An incremental request: add (as ``open`` takes them) and forget partitions, move the
+        epoch; returns the new ones. A partition already in the session keeps the name it joined with."""
         new = []
-        for tp, name in _named(added).items():
+        for tp, name in (added or {}).items():
             if tp not in session.partitions:
                 session.partitions[tp] = name
                 new.append(tp)
@@ -128,11 +132,6 @@ class ShareSessionCache:
         del self._sessions[session.key]
         self.evictions += 1
         return True
-
-
-def _named(partitions) -> dict:
-    """``partitions``: {(topic id, partition): topic name}, or bare pairs (names unknown)."""
-    return dict(partitions) if isinstance(partitions, dict) else dict.fromkeys(partitions)
 
 
 def rotated(partitions: list, epoch: int) -> list:

@@ -8,12 +8,12 @@ which wakes long-polling fetches (and anyone else who waits for new data).
 
 Append of one produced batch, in Kafka's order (ReplicaManager, Partition, UnifiedLog,
 LogValidator, ProducerStateManager): an offline log, transactional batches (refused: no
-transactions yet), acks=-1 with min.insync.replicas > 1, the base offset, max.message.bytes, the
-CRC, the header's counts, control flag and sequence, keys on compacted topics, timestamps, the
-rewrite into the topic's compression.type when it names another codec than the batch's (and
-max.message.bytes again on the result), segment.bytes, then the producer checks, then the write,
-then the producer-state update. With compression.type=producer (the default) or a matching codec
-the batch is stored as sent, with no per-record work.
+transactions yet), the base offset, max.message.bytes, the CRC, the header's counts, control
+flag and sequence, keys on compacted topics, timestamps, the rewrite into the topic's
+compression.type when it names another codec than the batch's (and max.message.bytes again on
+the result), segment.bytes, then the producer checks, then the write, then the producer-state
+update. (acks=-1 adds no check: see ``append_produce``.) With compression.type=producer (the
+default) or a matching codec the batch is stored as sent, with no per-record work.
 
 Timestamps are checked from the batch header on the hot path (``baseTimestamp`` is the first
 record's and ``maxTimestamp`` the largest): the records are decoded, to name the offending ones

@@ -306,16 +306,6 @@ def _next_batch_size(buf, pos: int, end: int) -> int | None:
     return size + LOG_OVERHEAD
 
 
-def check_produce_records(buf, api_version: int) -> BatchHeader:
-    """Every check Kafka 4.2 makes of a produced batch's header, in its order (module docstring)
-    except max.message.bytes: :func:`check_produce_request`, :func:`check_base_offset`, then
-    :func:`check_client_batch`. Bytes after the one complete batch are ignored, as in Kafka."""
-    size = check_produce_request(buf, api_version)
-    batch = memoryview(buf)[:size]
-    check_base_offset(batch)
-    return check_client_batch(batch)
-
-
 def check_produce_request(buf, api_version: int) -> int:
     """Kafka's ``ProduceRequest.validateRecords``, run before any other check of the partition:
     exactly one complete v2 batch (zstd only from v7). Returns that batch's size; like Kafka,

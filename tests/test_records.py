@@ -26,9 +26,11 @@ from protocol.records import (
     InvalidRecordError,
     Record,
     build_batch,
+    check_base_offset,
     check_batch,
     check_batches,
-    check_produce_records,
+    check_client_batch,
+    check_produce_request,
     iter_records,
     parse_header,
     set_base_offset,
@@ -398,6 +400,16 @@ def test_validate_records_requires_keys_for_compacted_topics():
 
 
 # -- check_produce_records: Kafka 4.2's answers -------------------------------------------------------
+
+
+def check_produce_records(buf, api_version: int):
+    """Every check Kafka 4.2 makes of a produced batch's header, in its order (the records
+    module docstring) except max.message.bytes, which the broker makes between the base offset
+    and the CRC; returns the header. Bytes after the one complete batch are ignored."""
+    size = check_produce_request(buf, api_version)
+    batch = memoryview(buf)[:size]
+    check_base_offset(batch)
+    return check_client_batch(batch)
 
 
 def produce_error(buf, api_version=9):

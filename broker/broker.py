@@ -98,7 +98,7 @@ class Broker:
                 self.share_manager.forget_topic(topic_id)
 
     def auto_create_topic(self, name: str) -> Topic:
-        """Create ``name`` with broker defaults (Metadata and Produce auto-creation)."""
+        """Create ``name`` with broker defaults (Metadata auto-creation: Produce never creates topics)."""
         topic = self.topics.create(name, self.config["num.partitions"])
         log.info("auto-created topic %s", name)
         return topic

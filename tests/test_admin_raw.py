@@ -609,8 +609,13 @@ def test_find_coordinator_batched_and_share_keys(client, node_id):
     resp = client.request(FIND_COORDINATOR, 4, FindCoordinatorRequest(key_type=0, coordinator_keys=["a", "b", ""]))
     assert [(c.key, c.error_code, c.node_id) for c in resp.coordinators] == [
         ("a", 0, node_id), ("b", 0, node_id), ("", 0, node_id)]
-    resp = client.request(FIND_COORDINATOR, 6, FindCoordinatorRequest(key_type=7, coordinator_keys=["a"]))
-    assert [(c.error_code, c.node_id) for c in resp.coordinators] == [(42, -1)]
+    # An unknown key type: CoordinatorType.forId throws InvalidRequestException, and KafkaApis.handleError
+    # answers with FindCoordinatorResponse.prepareErrorResponse, each key with the default message.
+    resp = client.request(FIND_COORDINATOR, 6, FindCoordinatorRequest(key_type=7, coordinator_keys=["a", "b"]))
+    assert [(c.key, c.error_code, c.error_message, c.node_id, c.host, c.port) for c in resp.coordinators] == [
+        (k, 42, INVALID_REQUEST_TEXT, -1, "", -1) for k in ("a", "b")]
+    resp = client.request(FIND_COORDINATOR, 3, FindCoordinatorRequest(key_type=7, key="a"))
+    assert (resp.error_code, resp.error_message, resp.node_id) == (42, INVALID_REQUEST_TEXT, -1)
 
 
 # --- SASL on a PLAINTEXT listener ------------------------------------------------------------------

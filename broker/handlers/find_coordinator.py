@@ -5,7 +5,8 @@ Key types (Kafka 4.2 CoordinatorType): GROUP 0 answers this broker for any group
 being in-process, and a malformed key is INVALID_REQUEST; TRANSACTION 1 answers this broker as
 well, so a transactional producer goes on to InitProducerId and gets the fatal refusal there
 (a retriable error here would keep ``init_transactions()`` retrying until it times out, with no
-cause given); any other type is INVALID_REQUEST.
+cause given). Any other type fails the whole request as Kafka's ``CoordinatorType.forId`` does:
+INVALID_REQUEST with its default message for every key (``getErrorResponse``).
 A GROUP or SHARE key whose ``__consumer_offsets`` or ``__share_group_state`` partition is
 offline (no leader in Metadata) gets COORDINATOR_NOT_AVAILABLE, as Kafka answers a coordinator
 partition without a live leader; clients retry FindCoordinator after their backoff.
@@ -42,8 +43,6 @@ def _lookup(version: int, key_type: int, key: str, offline: Callable[[str], bool
             parse_key_string(key)
         except (ValueError, TypeError, AttributeError):
             return ErrorCode.INVALID_REQUEST
-    elif key_type != GROUP:
-        return ErrorCode.INVALID_REQUEST
     return ErrorCode.COORDINATOR_NOT_AVAILABLE if offline(key) else ErrorCode.NONE
 
 
@@ -57,7 +56,7 @@ def _offline_check(broker, key_type: int) -> Callable[[str], bool]:
         topic, count = SHARE_GROUP_STATE, broker.share_coordinator.num_partitions
         partition_of = lambda key: partition_for_key(key, count)  # noqa: E731
     else:
-        return lambda key: False  # no coordinator partition: _lookup answers INVALID_REQUEST
+        return lambda key: False  # TRANSACTION: no coordinator partition
     offline = {p for p in range(count) if leader_of(broker.store, broker.node_id, topic, p)[1] == NO_LEADER}
     return (lambda key: partition_of(key) in offline) if offline else (lambda key: False)
 
@@ -65,6 +64,8 @@ def _offline_check(broker, key_type: int) -> Callable[[str], bool]:
 async def handle(ctx, req) -> FindCoordinatorResponse:
     broker = ctx.broker
     v = ctx.api_version
+    if req.key_type not in (GROUP, TRANSACTION, SHARE):
+        return error_response(req, v, ErrorCode.INVALID_REQUEST)
     offline = _offline_check(broker, req.key_type)
 
     def node(code: ErrorCode) -> tuple[int, str, int]:

@@ -618,6 +618,19 @@ def test_find_coordinator_batched_and_share_keys(client, node_id):
     assert (resp.error_code, resp.error_message, resp.node_id) == (42, INVALID_REQUEST_TEXT, -1)
 
 
+def test_find_coordinator_share_key_parsed_as_java(client, node_id):
+    """SharePartitionKey.getInstance: a blank group id, or a partition Integer.parseInt refuses
+    (spaces, '_', past int32), is INVALID_REQUEST; a sign is accepted, and so are trailing ':'
+    (String.split drops the empty parts they make)."""
+    tid = uuid_to_str(uuid.uuid4())
+    bad = [f" :{tid}:0", f"\t:{tid}:0", f"g:{tid}: 1", f"g:{tid}:1 ", f"g:{tid}:1_0", f"g:{tid}:2147483648",
+           f"g:{tid}:-2147483649", f"g:{tid}:"]
+    good = [f"g:{tid}:+1", f"g:{tid}:-1", f"g:{tid}:2147483647", f" g :{tid}:0", f"g:{tid}:0::"]
+    resp = client.request(FIND_COORDINATOR, 6, FindCoordinatorRequest(key_type=2, coordinator_keys=bad + good))
+    assert [(c.key, c.error_code, c.node_id) for c in resp.coordinators] == (
+        [(k, 42, -1) for k in bad] + [(k, 0, node_id) for k in good])
+
+
 # --- SASL on a PLAINTEXT listener ------------------------------------------------------------------
 
 @pytest.mark.parametrize("version", [0, 1])

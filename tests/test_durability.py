@@ -318,6 +318,11 @@ def test_a_coordinator_partition_offline_is_not_offered_as_a_coordinator(broker_
         assert coordinators(c, GROUP_KEY, group, other) == {group: COORDINATOR_NOT_AVAILABLE, other: 0}
         assert coordinators(c, SHARE_KEY, state_key, other_key) == {state_key: COORDINATOR_NOT_AVAILABLE,
                                                                     other_key: 0}
+        # Another spelling of the same key is hashed as Kafka does, in its canonical form
+        # (SharePartitionKey.asCoordinatorKey), so it lands on the same offline partition.
+        spelt = next(k for k in (state_key[:-1] + p for p in ("+0", "00", "-0", "000", "0:", "+00"))
+                     if internal_partition(k) != internal_partition(state_key))
+        assert coordinators(c, SHARE_KEY, spelt) == {spelt: COORDINATOR_NOT_AVAILABLE}
         single = c.request(10, 3, FindCoordinatorRequest(key=group, key_type=GROUP_KEY))
         assert (single.error_code, single.node_id) == (COORDINATOR_NOT_AVAILABLE, -1)
         # The leave cannot be written; reloading the group then fails, logged without a traceback.

@@ -61,4 +61,8 @@ def test_partition_in_range_and_key_round_trips(group, topic_id, partition, n):
     assert 0 <= partition_for(group or "g", topic_id, partition, n) < n
     key = key_string(group or "g", topic_id, partition)
     assert java_string_hash(key) == _reference_hash(key)
-    assert parse_key_string(key) == (group or "g", topic_id, partition)
+    if (group or "g").strip("".join(map(chr, range(0x21)))):
+        assert parse_key_string(key) == (group or "g", topic_id, partition)
+    else:  # SharePartitionKey.getInstance: a group id blank after String.trim is refused
+        with pytest.raises(ValueError):
+            parse_key_string(key)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from coordinator.share.routing import parse_key_string, partition_for_key
+from coordinator.share.routing import parse_key_string, partition_for
 from protocol.errors import ErrorCode
 from protocol.messages.find_coordinator_response import Coordinator, FindCoordinatorResponse
 
@@ -53,8 +53,9 @@ def _offline_check(broker, key_type: int) -> Callable[[str], bool]:
         topic, count = CONSUMER_OFFSETS, broker.group_coordinator.num_partitions
         partition_of = broker.group_coordinator.partition_for
     elif key_type == SHARE:
+        # Kafka hashes the parsed key's canonical form (SharePartitionKey.asCoordinatorKey).
         topic, count = SHARE_GROUP_STATE, broker.share_coordinator.num_partitions
-        partition_of = lambda key: partition_for_key(key, count)  # noqa: E731
+        partition_of = lambda key: partition_for(*parse_key_string(key), count)  # noqa: E731
     else:
         return lambda key: False  # TRANSACTION: no coordinator partition
     offline = {p for p in range(count) if leader_of(broker.store, broker.node_id, topic, p)[1] == NO_LEADER}

@@ -9,6 +9,7 @@ look for state in the wrong partition.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from uuid import UUID
 
@@ -21,6 +22,8 @@ STATE_TOPIC_NUM_PARTITIONS_CONFIG = "share.coordinator.state.topic.num.partition
 STATE_TOPIC_NUM_PARTITIONS_DEFAULT = 50
 
 _INT_MIN = -(1 << 31)
+_JAVA_TRIMMED = "".join(map(chr, range(0x21)))  # String.trim() drops every char up to U+0020
+_JAVA_INT = re.compile(r"[+-]?\d+")  # Integer.parseInt: Character.digit accepts any Unicode digit
 
 
 def key_string(group_id: str, topic_id: UUID, partition: int) -> str:
@@ -29,12 +32,22 @@ def key_string(group_id: str, topic_id: UUID, partition: int) -> str:
 
 
 def parse_key_string(key: str) -> tuple[str, UUID, int]:
-    """Inverse of ``key_string``; the group id may itself contain ':'."""
-    group_id, sep, rest = key.rpartition(":")
-    group_id, sep2, topic = group_id.rpartition(":")
-    if not sep or not sep2 or not group_id:
+    """Kafka's ``SharePartitionKey.getInstance(String)``, so FindCoordinator refuses the keys it
+    refuses: ``split(":")`` (trailing empty parts dropped) read from the right, the group id
+    (which may contain ':') not blank after ``String.trim``, the partition as ``Integer.parseInt``
+    reads it (a sign, no spaces or '_', within int32)."""
+    tokens = key.split(":")
+    while tokens and not tokens[-1]:
+        tokens.pop()
+    if len(tokens) < 3:
         raise ValueError(f"invalid share coordinator key {key!r}")
-    return group_id, uuid_from_str(topic), int(rest)
+    group_id, topic, partition = ":".join(tokens[:-2]), tokens[-2], tokens[-1]
+    if not group_id.strip(_JAVA_TRIMMED) or not _JAVA_INT.fullmatch(partition):
+        raise ValueError(f"invalid share coordinator key {key!r}")
+    number = int(partition)
+    if not _INT_MIN <= number < -_INT_MIN:
+        raise ValueError(f"invalid share coordinator key {key!r}")
+    return group_id, uuid_from_str(topic), number
 
 
 def java_string_hash(text: str) -> int:

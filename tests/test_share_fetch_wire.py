@@ -632,23 +632,25 @@ def test_a_long_poll_of_a_closed_connection_does_not_keep_records(broker, admin,
 
 
 def test_a_topic_deleted_and_recreated_under_a_parked_fetch(broker, admin, topic_name):
+    """As in Kafka (DelayedShareFetch cannot acquire the fenced share partition, and a produce
+    to the new topic id does not reach it), the parked fetch waits out MaxWaitMs and answers
+    nothing for the deleted partition; the session's next fetch reports it."""
     tp = (create_topic(admin, topic_name), 0)
     with ShareMember(broker.bootstrap, unique("g")) as m:
         m.open([tp])
         t0 = time.monotonic()
-        result = m.send_fetch(max_wait_ms=5000)
+        result = m.send_fetch(max_wait_ms=1000)
         admin.request(METADATA, 12, MetadataRequest(topics=[]))  # the fetch is parked by now
         resp = admin.request(20, 6, DeleteTopicsRequest(topics=[DeleteTopicState(name=topic_name)],
                                                         timeout_ms=5000))
         assert resp.responses[0].error_code == NONE
         new_id = create_topic(admin, topic_name)
         assert new_id != tp[0]
-        produce_batches(admin, topic_name, [1])  # the same name's partition wakes the fetch
+        produce_batches(admin, topic_name, [1])  # the same name's partition: not the fetch's
         resp = result()
-        assert time.monotonic() - t0 < PROMPT_S
+        assert time.monotonic() - t0 >= 1.0
         assert resp.error_code == NONE
-        assert all_acquired(resp) == {}  # the old topic's share partition is gone
-        assert parts(resp)[tp].error_code == UNKNOWN_TOPIC_OR_PARTITION
+        assert parts(resp) == {}  # the old topic's share partition is gone, unanswered
         # The member carries on with the new one; the session keeps the old one until forgotten.
         resp = m.fetch([(new_id, 0)], max_wait_ms=0)
         assert resp.error_code == NONE

@@ -363,10 +363,15 @@ class SharePartitionManager:
         # MinBytes 0 is met at once if there is one, even with nothing to read.
         with_room = []
         for topic_id, p, topic, leader in leaders:
+            if leader.dropped and self.broker.topics.by_id(topic_id) is None:
+                # Its topic was deleted while this fetch waited: as Kafka's fenced share
+                # partition (SharePartition.maybeAcquireFetchLock refuses it, so DelayedShareFetch
+                # neither completes for it nor answers it), it is left out and the fetch waits on.
+                continue
             lg = store.get(topic, p)
             if lg is None or leader.dropped:
-                # Deleted while this fetch waited (a topic recreated under the same name
-                # has a new log and a new id: the old share partition must not touch it).
+                # Dropped by an admin reset while this fetch waited (records taken from this
+                # copy would be delivered again from the reloaded state), or its log is gone.
                 reads.append((topic_id, p, leader, None, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
                 continue
             if lg.offline:  # as Fetch: Kafka's getPartitionOrError, even with nothing to read
@@ -590,7 +595,8 @@ class SharePartitionManager:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def forget_topic(self, topic_id: UUID) -> None:
-        """A deleted topic's share partitions go away with it; fetches parked on them answer."""
+        """A deleted topic's share partitions go away with it. A fetch parked on one leaves it
+        out of its answer and waits on for its other partitions, as in Kafka."""
         for key, leader in list(self._leaders.items()):
             if key[1] == topic_id:
                 self._forget(key, leader)

@@ -413,7 +413,9 @@ async def test_topic_changes_while_down_bump_the_epoch_and_initialize_on_load(tm
     await second.stop()
 
 
-async def test_heartbeats_answer_load_in_progress_until_their_partition_is_loaded(tmp_path):
+async def _member_of_g_stopped(tmp_path):
+    """A world whose stopped coordinator has member A in group "g" (on "orders"), and a group
+    id kept on another ``__consumer_offsets`` partition."""
     world = World(tmp_path, num_partitions=3)
     world.topics.create("orders", 1)
     first = await world.started()
@@ -421,6 +423,11 @@ async def test_heartbeats_answer_load_in_progress_until_their_partition_is_loade
     await first.stop()
     other = next(g for g in (f"other-{i}" for i in range(100))
                  if world.offsets.partition_for(g) != world.offsets.partition_for("g"))
+    return world, a, other
+
+
+async def test_heartbeats_answer_load_in_progress_until_their_partition_is_loaded(tmp_path):
+    world, a, other = await _member_of_g_stopped(tmp_path)
     gate = asyncio.Event()
 
     class Held(Runtime):
@@ -452,13 +459,7 @@ async def test_heartbeats_answer_load_in_progress_until_their_partition_is_loade
 async def test_a_partition_that_failed_to_load_answers_not_coordinator(tmp_path):
     """Kafka's CoordinatorRuntime answers NOT_COORDINATOR for a partition whose load failed
     (withActiveContextOrThrow: neither active nor loading); an empty partition serves on."""
-    world = World(tmp_path, num_partitions=3)
-    world.topics.create("orders", 1)
-    first = await world.started()
-    a = await hb(first, A, 0, ["orders"])
-    await first.stop()
-    other = next(g for g in (f"other-{i}" for i in range(100))
-                 if world.offsets.partition_for(g) != world.offsets.partition_for("g"))
+    world, a, other = await _member_of_g_stopped(tmp_path)
 
     class Broken(Runtime):
         async def _load_partition(self, partition, coordinator):

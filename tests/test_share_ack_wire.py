@@ -10,6 +10,8 @@ import uuid
 import pytest
 
 from protocol.messages import initialize_share_group_state_request as init_req
+from protocol.messages import share_acknowledge_request as ack_req
+from protocol.messages import share_fetch_request as fetch_req
 from tests.raw_client import RawClient
 from tests.test_share_wire_support import (
     ACCEPT,
@@ -354,6 +356,34 @@ def test_a_partition_with_no_batches_is_answered_none_once_an_acknowledgement_is
         assert {k: p.acknowledge_error_code for k, p in parts(resp).items()} == {ghost: UNKNOWN_TOPIC_ID}
         resp = a.acknowledge({tp: [(0, 0, [ACCEPT])], never_fetched: []})
         assert {k: p.error_code for k, p in parts(resp).items()} == {tp: NONE, never_fetched: NONE}
+    finally:
+        a.close()
+
+
+def test_a_partition_named_twice_keeps_the_batches_of_its_last_entry(broker, admin, topic_name):
+    """KafkaApis.getAcknowledgeBatchesFromShareAcknowledgeRequest (and ...FromShareFetchRequest)
+    map each topic-partition to its batches, so a partition named twice, in one topic or in a
+    topic named twice, keeps only its last entry: the earlier ones are neither checked nor applied."""
+    tp, (a,) = holding(broker, admin, topic_name, [3])
+    tid = tp[0]
+
+    def entry(cls, batch_cls, first, last, kind):
+        return cls(partition_index=0, acknowledgement_batches=[
+            batch_cls(first_offset=first, last_offset=last, acknowledge_types=[kind])])
+
+    try:
+        resp = a.acknowledge(None, topics=[ack_req.AcknowledgeTopic(topic_id=tid, partitions=[
+            entry(ack_req.AcknowledgePartition, ack_req.AcknowledgementBatch, 0, 0, RELEASE),
+            entry(ack_req.AcknowledgePartition, ack_req.AcknowledgementBatch, 1, 1, ACCEPT)])])
+        assert {k: p.error_code for k, p in parts(resp).items()} == {tp: NONE}
+        # The last entry is malformed: the partition is INVALID_REQUEST and the valid one is dropped.
+        resp = a.fetch(topics=[fetch_req.FetchTopic(topic_id=tid, partitions=[p]) for p in (
+            entry(fetch_req.FetchPartition, fetch_req.AcknowledgementBatch, 2, 2, ACCEPT),
+            entry(fetch_req.FetchPartition, fetch_req.AcknowledgementBatch, 2, 1, ACCEPT))])
+        p = parts(resp)[tp]
+        assert (p.error_code, p.acknowledge_error_code, acquired(p)) == (NONE, INVALID_REQUEST, [])
+        # Offsets 0 and 2 are still a's: neither the release nor the accept was applied.
+        assert parts(a.acknowledge({tp: [(0, 0, [ACCEPT]), (2, 2, [ACCEPT])]}))[tp].error_code == NONE
     finally:
         a.close()
 

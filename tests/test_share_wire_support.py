@@ -246,15 +246,19 @@ class ShareMember:
         resp = self.fetch(partitions, **kw)
         return resp, time.monotonic() - t0
 
-    def acknowledge(self, acks, *, version: int = 1, epoch=None, is_renew_ack=False, group=..., member_id=...):
-        """ShareAcknowledge; ``acks``: {(topic id, partition): [(first, last, types)]}."""
+    def acknowledge(self, acks, *, version: int = 1, epoch=None, is_renew_ack=False, group=..., member_id=...,
+                    topics=None):
+        """ShareAcknowledge; ``acks``: {(topic id, partition): [(first, last, types)]}; ``topics``
+        replaces the built Topics array entirely."""
+        if topics is None:
+            topics = _group_by_topic((), acks, ack_req.AcknowledgeTopic, ack_req.AcknowledgePartition,
+                                     ack_req.AcknowledgementBatch)
         req = ack_req.ShareAcknowledgeRequest(
             group_id=self.group if group is ... else group,
             member_id=self.member_id if member_id is ... else member_id,
             share_session_epoch=self.epoch if epoch is None else epoch,
             is_renew_ack=is_renew_ack,
-            topics=_group_by_topic((), acks, ack_req.AcknowledgeTopic, ack_req.AcknowledgePartition,
-                                   ack_req.AcknowledgementBatch),
+            topics=topics,
         )
         resp = self.client.request(SHARE_ACKNOWLEDGE, version, req)
         self._moved_on(req.share_session_epoch, resp.error_code)

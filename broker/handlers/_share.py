@@ -46,11 +46,12 @@ def split_acks(broker, partitions, version: int, is_renew_ack: bool):
 
     Kafka's order (KafkaApis.handleAcknowledgements): an unknown topic id, then the batches'
     shape, then an unknown partition. A partition without batches is NONE and does nothing,
-    even with no share partition loaded (see ``apply_acks``)."""
+    even with no share partition loaded (see ``apply_acks``). A partition named twice keeps
+    its last entry's batches, as Kafka's map of them does (getAcknowledgeBatchesFrom*Request)."""
     acks: dict[tuple[UUID, int], list] = {}
     codes: dict[tuple[UUID, int], ErrorCode] = {}
-    for topic_id, p, batches in partitions:
-        tp = (topic_id, p)
+    for tp, batches in {(t, p): batches for t, p, batches in partitions}.items():
+        topic_id, p = tp
         _, code = resolve(broker, topic_id, p)
         if code == ErrorCode.UNKNOWN_TOPIC_ID:
             codes[tp] = code
@@ -61,7 +62,7 @@ def split_acks(broker, partitions, version: int, is_renew_ack: bool):
         elif code or not parsed:
             codes[tp] = code
         else:
-            acks.setdefault(tp, []).extend(parsed)
+            acks[tp] = parsed
     return acks, codes
 
 

@@ -416,6 +416,27 @@ def test_share_fetch_renew_fetches_nothing(broker, admin, topic_name):
         a.close()
 
 
+def test_a_renew_share_fetch_answers_only_its_acknowledgements(broker, admin, topic_name):
+    """With IsRenewAck KafkaApis.handleShareFetchRequest reads nothing, and the share session
+    context lists only the partitions it has data for (ShareSessionContext
+    .updateAndGenerateResponseData): a new session or a partition the request adds is not listed,
+    only the acknowledgement results are (of every partition named, once one has batches)."""
+    tp, (a,) = holding(broker, admin, topic_name, [1])
+    other, third = (create_topic(admin, topic_name + "-x"), 0), (create_topic(admin, topic_name + "-y"), 0)
+    zeros = {"max_bytes": 0, "min_bytes": 0, "max_records": 0, "max_wait_ms": 0}
+    try:
+        resp = a.fetch([other], is_renew_ack=True, version=2, **zeros)
+        assert (resp.error_code, parts(resp)) == (NONE, {})
+        resp = a.fetch([third], acks={tp: [(0, 0, [RENEW])]}, is_renew_ack=True, version=2, **zeros)
+        assert {k: (p.error_code, p.acknowledge_error_code) for k, p in parts(resp).items()} == {
+            tp: (NONE, NONE), third: (NONE, NONE)}
+        with ShareMember(broker.bootstrap, a.group) as b:
+            resp = b.fetch([tp, other], epoch=0, is_renew_ack=True, version=2, **zeros)
+            assert (resp.error_code, parts(resp)) == (NONE, {})
+    finally:
+        a.close()
+
+
 @pytest.mark.parametrize("api", ["ShareAcknowledge", "ShareFetch"])
 def test_renew_keeps_records_locked_past_the_lock_duration(broker_factory, topic_name, api):
     broker = broker_factory(SHORT_LOCKS)

@@ -90,6 +90,10 @@ async def handle(ctx, req) -> ShareFetchResponse:
             await asyncio.sleep(max(req.max_wait_ms, 0) / 1000)  # Kafka answers after MaxWaitMs
         return _top_level_error(e.code, e.message)
 
+    if req.is_renew_ack:
+        # Kafka fetches nothing then, and its session context lists only partitions it has
+        # data for (ShareSessionContext.updateAndGenerateResponseData): new ones are not named.
+        added = []
     manager = broker.share_manager
     acks, ack_results = split_acks(broker, ack_parts, v, req.is_renew_ack) if has_acks else ({}, {})
     ack_messages = await apply_acks(broker, group, member, acks, ack_results)

@@ -8,8 +8,9 @@ with a remote coordinator behind it) and, like Kafka's ``PersisterStateManager``
   ``groupId:topicId:partition``, through the bootstrap broker, and caches the answer;
 - sends the key's state RPC to that node (keys of one request that share a node share one
   request);
-- on COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS or NOT_COORDINATOR (from
-  FindCoordinator or the RPC) forgets the coordinator, backs off exponentially (2 s after the
+- on COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR or
+  UNKNOWN_TOPIC_OR_PARTITION (from FindCoordinator or the RPC: a coordinator whose metadata
+  lags, KAFKA-19455) forgets the coordinator, backs off exponentially (2 s after the
   first attempt, doubling to 30 s, with 20% jitter: Kafka's ExponentialBackoff) and tries
   again, at most 5 attempts, then reports that error;
 - any other error is the key's answer at once. A connection that fails counts as
@@ -61,6 +62,7 @@ REQUEST_BACKOFF_MAX_MS = 30_000
 MAX_ATTEMPTS = 5
 RETRIABLE = frozenset({
     ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
 })
 
 _SIZE = struct.Struct(">i")

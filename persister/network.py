@@ -13,9 +13,12 @@ with a remote coordinator behind it) and, like Kafka's ``PersisterStateManager``
   lags, KAFKA-19455) forgets the coordinator, backs off exponentially (2 s after the
   first attempt, doubling to 30 s, with 20% jitter: Kafka's ExponentialBackoff) and tries
   again, at most 5 attempts, then reports that error;
-- any other error is the key's answer at once. A connection that fails counts as
-  COORDINATOR_NOT_AVAILABLE, and so does a retriable error once ``should_retry()`` says
-  no more (the broker is stopping).
+- a connection that fails is NETWORK_EXCEPTION and a request that times out
+  REQUEST_TIMED_OUT (Kafka's disconnected and timed-out client responses), retried the
+  same way (KAFKA-19927) and then reported;
+- any other error is the key's answer at once, and so is a response that leaves the key
+  out (UNKNOWN_SERVER_ERROR). A retriable error once ``should_retry()`` says no more (the
+  broker is stopping) is COORDINATOR_NOT_AVAILABLE.
 
 A retry can reach the coordinator after a later write of the same key. The coordinator takes
 a write's start offset as written, so a retried write carrying its own, older SPSO would move
@@ -62,7 +65,7 @@ REQUEST_BACKOFF_MAX_MS = 30_000
 MAX_ATTEMPTS = 5
 RETRIABLE = frozenset({
     ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.NOT_COORDINATOR,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT,
 })
 
 _SIZE = struct.Struct(">i")
@@ -75,7 +78,11 @@ def _exp_max(initial_ms: int, max_ms: int) -> float:
 
 
 class ConnectionFailed(Exception):
-    pass
+    """``code``: NETWORK_EXCEPTION (no connection, or it broke) or REQUEST_TIMED_OUT."""
+
+    def __init__(self, message: str, code: ErrorCode = ErrorCode.NETWORK_EXCEPTION) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class _Connection:
@@ -111,7 +118,8 @@ class _Connection:
             return await asyncio.wait_for(fut, timeout_s)
         except (TimeoutError, OSError) as e:
             self.close()
-            raise ConnectionFailed(f"request {api_key} v{version} failed: {e!r}") from None
+            code = ErrorCode.REQUEST_TIMED_OUT if isinstance(e, TimeoutError) else ErrorCode.NETWORK_EXCEPTION
+            raise ConnectionFailed(f"request {api_key} v{version} failed: {e!r}", code) from None
         finally:
             self._waiting.pop(cid, None)
 
@@ -251,10 +259,13 @@ class RemoteShareCoordinator:
             sends = [self._send(api_key, version, request, node, items) for node, items in by_node.items()]
             for items, outcome in zip(by_node.values(), await asyncio.gather(*sends)):
                 for (t, p) in items:
-                    pr, topic_result = outcome.get((t.topic_id, p.partition), (None, None))
-                    if topic_result is not None:
-                        results_by_topic.setdefault(t.topic_id, topic_result)
-                    code = ErrorCode.COORDINATOR_NOT_AVAILABLE if pr is None else ErrorCode(pr.error_code)
+                    if isinstance(outcome, ErrorCode):  # the request failed
+                        pr, code = None, outcome
+                    else:
+                        pr, topic_result = outcome.get((t.topic_id, p.partition), (None, None))
+                        if topic_result is not None:
+                            results_by_topic.setdefault(t.topic_id, topic_result)
+                        code = ErrorCode.UNKNOWN_SERVER_ERROR if pr is None else ErrorCode(pr.error_code)
                     if code in RETRIABLE:
                         self._coordinators.pop(key_string(group, t.topic_id, p.partition), None)
                         if attempt < self.max_attempts:
@@ -293,7 +304,7 @@ class RemoteShareCoordinator:
             )
         except ConnectionFailed as e:
             log.warning("share coordinator lookup failed: %s", e)
-            return {tp: ErrorCode.COORDINATOR_NOT_AVAILABLE for tp in missing.values()}
+            return {tp: e.code for tp in missing.values()}
         errors = {}
         answered = set()
         for c in resp.coordinators:
@@ -310,8 +321,9 @@ class RemoteShareCoordinator:
                 errors[tp] = ErrorCode.UNKNOWN_SERVER_ERROR
         return errors
 
-    async def _send(self, api_key: int, version: int, request, node: Node, items) -> dict:
-        """{(topic id, partition): (partition result, topic result shell)} for ``items``."""
+    async def _send(self, api_key: int, version: int, request, node: Node, items) -> dict | ErrorCode:
+        """{(topic id, partition): (partition result, topic result shell)} for ``items``, or the
+        error code of a request that failed (``ConnectionFailed.code``)."""
         try:
             conn = await self._connection(node)
             # built with no await before the request is written, so its stamps are the latest
@@ -319,7 +331,7 @@ class RemoteShareCoordinator:
             resp = await conn.request(api_key, version, body, self.request_timeout_s)
         except ConnectionFailed as e:
             log.warning("share state RPC %d to %s:%d failed: %s", api_key, node[0], node[1], e)
-            return {}
+            return e.code
         out = {}
         for r in resp.results:
             shell = r.copy(partitions=[])

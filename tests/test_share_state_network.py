@@ -94,6 +94,8 @@ class FakeCoordinator:
             parts = []
             for p in t.partitions:
                 code = self.answer(api_key, body.group_id, t.topic_id, p.partition)
+                if code is None:  # left out of the response
+                    continue
                 parts.append(module.PartitionResult(partition=p.partition, error_code=int(code),
                                                     error_message=None if code == 0 else code.name))
             results.append(result_class(topic_id=t.topic_id, partitions=parts))
@@ -197,16 +199,45 @@ async def test_a_failed_lookup_is_retried_then_reported(code):
         await fake.close()
 
 
-async def test_an_unreachable_broker_is_coordinator_not_available():
+async def test_an_unreachable_broker_is_a_network_exception():
+    """Kafka's disconnected client response (checkResponseError): NETWORK_EXCEPTION, retried
+    (KAFKA-19927) and then reported; the share partition maps it to UNKNOWN_SERVER_ERROR."""
     server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
     node = server.sockets[0].getsockname()[:2]
     server.close()
     await server.wait_closed()
     p = NetworkPersister(lambda: node, backoff_ms=1, max_backoff_ms=2, request_timeout_s=2)
     try:
-        assert (await p.read_state("g", T1, 0, leader_epoch=0)).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert (await p.read_state("g", T1, 0, leader_epoch=0)).error_code == ErrorCode.NETWORK_EXCEPTION
     finally:
         await p.close()
+
+
+async def test_a_state_rpc_that_times_out_is_retried_then_request_timed_out():
+    fake = await FakeCoordinator(route=lambda key: 1).start(2)
+    silent = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)  # accepts, never answers
+    fake.nodes[1] = silent.sockets[0].getsockname()[:2]
+    p = persister_for(fake, request_timeout_s=0.05)
+    try:
+        code, _ = await p.write_state("g", T1, 0, state_epoch=0, leader_epoch=0, start_offset=1,
+                                      delivery_complete_count=-1, batches=[])
+        assert code == ErrorCode.REQUEST_TIMED_OUT
+        assert len([1 for _, k, _, _ in fake.requests if k == 10]) == 5  # looked up again each time
+    finally:
+        await p.close()
+        silent.close()
+        await fake.close()
+
+
+async def test_a_response_without_the_key_is_unknown_server_error_at_once():
+    fake = await FakeCoordinator(answer=lambda *a: None).start()
+    p = persister_for(fake)
+    try:
+        assert (await p.read_state("g", T1, 0, leader_epoch=0)).error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+        assert len(state_calls(fake, 84)) == 1
+    finally:
+        await p.close()
+        await fake.close()
 
 
 async def test_keys_of_one_request_go_to_their_own_coordinators_and_come_back_in_order():

@@ -11,8 +11,10 @@ with a remote coordinator behind it) and, like Kafka's ``PersisterStateManager``
 - on COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR or
   UNKNOWN_TOPIC_OR_PARTITION (from FindCoordinator or the RPC: a coordinator whose metadata
   lags, KAFKA-19455) forgets the coordinator, backs off exponentially (2 s after the
-  first attempt, doubling to 30 s, with 20% jitter: Kafka's ExponentialBackoff) and tries
-  again, at most 5 attempts, then reports that error;
+  first failure, doubling to 30 s, with 20% jitter: Kafka's ExponentialBackoff) and tries
+  again, then reports that error. As in Kafka's handler per key, failed lookups and failed
+  RPCs are counted apart, at most 5 of each (a lookup that succeeds resets its count), and
+  the wait follows the count that grew;
 - a connection that fails is NETWORK_EXCEPTION and a request that times out
   REQUEST_TIMED_OUT (Kafka's disconnected and timed-out client responses), retried the
   same way (KAFKA-19927) and then reported;
@@ -239,48 +241,63 @@ class RemoteShareCoordinator:
         todo = [(t, p) for t in request.topics for p in t.partitions]
         done: dict[tuple[UUID, int], object] = {}
         results_by_topic: dict[UUID, object] = {}
-        attempt = 0
-        while todo:
-            attempt += 1
-            retry: list = []
+        # Kafka's handler per key counts failed lookups (reset by one that succeeds) apart from
+        # failed state RPCs, each up to max_attempts, and backs off on the count that grew.
+        finds: dict[tuple[UUID, int], int] = {}
+        rpcs: dict[tuple[UUID, int], int] = {}
+        waiting: list[tuple[float, object, object]] = []  # (due, topic, partition), by due
+        loop = asyncio.get_running_loop()
+        while todo or waiting:
+            if not todo:
+                await asyncio.sleep(max(0.0, waiting[0][0] - loop.time()))
+                now = loop.time()
+                todo = [(t, p) for due, t, p in waiting if due <= now]
+                waiting = [w for w in waiting if w[0] > now]
+                continue
+            retry: list[tuple[object, object, int]] = []  # (topic, partition, failures so far)
             by_node: dict[Node, list] = {}
             errors = await self._lookup(group, todo)
             for t, p in todo:
-                code = errors.get((t.topic_id, p.partition))
+                tp = (t.topic_id, p.partition)
+                code = errors.get(tp)
                 if code is not None:
-                    if code in RETRIABLE and attempt < self.max_attempts:
-                        retry.append((t, p))
+                    n = finds[tp] = finds.get(tp, 0) + 1
+                    if code in RETRIABLE and n < self.max_attempts:
+                        retry.append((t, p, n))
                     else:
-                        done[(t.topic_id, p.partition)] = _error(response_class, p.partition, code,
-                                                                 "Error in find coordinator. ")
+                        done[tp] = _error(response_class, p.partition, code, "Error in find coordinator. ")
                     continue
+                finds[tp] = 0
                 node = self._coordinators[key_string(group, t.topic_id, p.partition)]
                 by_node.setdefault(node, []).append((t, p))
             sends = [self._send(api_key, version, request, node, items) for node, items in by_node.items()]
             for items, outcome in zip(by_node.values(), await asyncio.gather(*sends)):
                 for (t, p) in items:
+                    tp = (t.topic_id, p.partition)
                     if isinstance(outcome, ErrorCode):  # the request failed
                         pr, code = None, outcome
                     else:
-                        pr, topic_result = outcome.get((t.topic_id, p.partition), (None, None))
+                        pr, topic_result = outcome.get(tp, (None, None))
                         if topic_result is not None:
                             results_by_topic.setdefault(t.topic_id, topic_result)
                         code = ErrorCode.UNKNOWN_SERVER_ERROR if pr is None else ErrorCode(pr.error_code)
                     if code in RETRIABLE:
                         self._coordinators.pop(key_string(group, t.topic_id, p.partition), None)
-                        if attempt < self.max_attempts:
-                            retry.append((t, p))
+                        n = rpcs[tp] = rpcs.get(tp, 0) + 1
+                        if n < self.max_attempts:
+                            retry.append((t, p, n))
                             continue
-                    done[(t.topic_id, p.partition)] = pr if pr is not None else _error(
-                        response_class, p.partition, code, "Error in state RPC. ")
-            todo = retry
-            if todo and not self.should_retry():  # e.g. the broker is stopping: fail now
-                for t, p in todo:
+                    done[tp] = pr if pr is not None else _error(response_class, p.partition, code,
+                                                               "Error in state RPC. ")
+            todo = []
+            if retry and not self.should_retry():  # e.g. the broker is stopping: fail now
+                for t, p, _ in retry:
                     done[(t.topic_id, p.partition)] = _error(response_class, p.partition,
                                                              ErrorCode.COORDINATOR_NOT_AVAILABLE, "Not retried. ")
-                todo = []
-            if todo:
-                await asyncio.sleep(self._backoff_s(attempt))
+                retry = []
+            now = loop.time()
+            waiting.extend((now + self._backoff_s(n), t, p) for t, p, n in retry)
+            waiting.sort(key=lambda w: w[0])
         return _assemble(response_class, request, done, results_by_topic)
 
     def _backoff_s(self, attempt: int) -> float:

@@ -162,6 +162,30 @@ async def test_five_attempts_then_the_error_is_the_answer():
         await fake.close()
 
 
+async def test_failed_lookups_and_failed_rpcs_are_counted_apart():
+    """As PersisterStateManager's handlers: FindCoordinator failures count against their own
+    five attempts, reset by a lookup that succeeds, and the state RPC's failures against its
+    own: two failed lookups and then three NOT_COORDINATOR answers do not exhaust either."""
+    lookups, reads = [], []
+
+    def route(key):
+        lookups.append(key)
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE if len(lookups) <= 2 else 0
+
+    def answer(api, g, t, p):
+        reads.append(api)
+        return ErrorCode.NOT_COORDINATOR if len(reads) <= 3 else ErrorCode.NONE
+
+    fake = await FakeCoordinator(route=route, answer=answer).start()
+    p = persister_for(fake)
+    try:
+        assert (await p.read_state("g", T1, 0, leader_epoch=0)).error_code == 0
+        assert (len(lookups), len(reads)) == (6, 4)
+    finally:
+        await p.close()
+        await fake.close()
+
+
 def test_the_backoff_is_kafkas_exponential_backoff_of_the_failed_attempts():
     """PersisterStateManager's BackoffManager counts the failed attempt before it asks
     ExponentialBackoff(1 s, x2, 30 s, 20% jitter) for the wait: 2 s after the first failure,

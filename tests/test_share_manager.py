@@ -422,6 +422,32 @@ async def test_a_write_fenced_by_a_newer_state_epoch_drops_the_share_partition_u
         assert (await manager.acknowledge("g", "m1", {tp: [(0, 1, [1])]}))[tp][0] == ErrorCode.NONE
 
 
+async def test_a_fetch_parked_on_a_share_partition_fenced_by_a_write_waits_on_without_it(tmp_path):
+    """Kafka's fencedSharePartitionHandler marks the share partition FENCED, whose
+    maybeAcquireFetchLock then refuses every DelayedShareFetch holding it: a fetch parked on it
+    is not answered an error but waits out its MaxWaitMs and leaves it out. Its next fetch
+    reads the state again."""
+    async with running_broker(tmp_path) as b:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 1).topic_id
+        tp = (topic_id, 0)
+        sp = await share_partition(b, "g", topic_id, 0, "t")
+        await produce(b, "t", [b"a", b"b"])
+        assert (await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0)))[tp].acquired == [(0, 1, 1)]
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        parked = asyncio.ensure_future(manager.fetch("g", "m2", [(topic_id, 0, "t")], params(1_000)))
+        await until_parked(b)
+        code, _ = await manager.persister.initialize_state("g", topic_id, 0, state_epoch=sp.state_epoch + 1,
+                                                           start_offset=0)
+        assert code == ErrorCode.NONE
+        assert (await manager.acknowledge("g", "m1", {tp: [(0, 0, [1])]}))[tp][0] == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        assert await asyncio.wait_for(parked, 5) == {}
+        assert loop.time() - t0 >= 0.99  # waited out MaxWaitMs
+        again = await manager.fetch("g", "m2", [(topic_id, 0, "t")], params(0))
+        assert again[tp].acquired == [(0, 1, 1)]
+
+
 async def test_a_write_refused_for_another_reason_answers_unknown_server_error(tmp_path):
     """Kafka's SharePartition maps the write errors it has no case for to UNKNOWN_SERVER_ERROR:
     the share coordinator's INVALID_REQUEST for a batch it cannot take is not the client's."""

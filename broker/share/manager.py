@@ -94,6 +94,7 @@ class _Leader:
 
     __slots__ = (
         "key", "sp", "topic", "timer", "timer_at", "loaded", "stats", "bytes_per_record", "record_starts", "dropped",
+        "fenced",
     )
 
     def __init__(self, key: Key, topic: str) -> None:
@@ -107,6 +108,7 @@ class _Leader:
         self.bytes_per_record = 0.0  # of the last read: sizes the next one
         self.record_starts: dict = {}  # served_records' cache
         self.dropped = False  # forgotten (topic deleted, state reset): fetches holding it must not use it
+        self.fenced = False  # dropped after a fenced write: fetches holding it leave it out
 
 
 READ_PROBE_BYTES = 64 * 1024
@@ -363,10 +365,11 @@ class SharePartitionManager:
         # MinBytes 0 is met at once if there is one, even with nothing to read.
         with_room = []
         for topic_id, p, topic, leader in leaders:
-            if leader.dropped and self.broker.topics.by_id(topic_id) is None:
-                # Its topic was deleted while this fetch waited: as Kafka's fenced share
-                # partition (SharePartition.maybeAcquireFetchLock refuses it, so DelayedShareFetch
-                # neither completes for it nor answers it), it is left out and the fetch waits on.
+            if leader.dropped and (leader.fenced or self.broker.topics.by_id(topic_id) is None):
+                # Fenced by a write, or its topic was deleted, while this fetch waited: as Kafka's
+                # fenced share partition (SharePartition.maybeAcquireFetchLock refuses it, so
+                # DelayedShareFetch neither completes for it nor answers it), it is left out and
+                # the fetch waits on.
                 continue
             lg = store.get(topic, p)
             if lg is None or leader.dropped:
@@ -529,6 +532,7 @@ class SharePartitionManager:
             if code in _FENCING_ERRORS and self._leaders.get(leader.key) is leader:
                 log.info("share partition %s is fenced (%s); it is read again at the next fetch",
                          leader.key, ErrorCode(code).name)
+                leader.fenced = True
                 self._forget(leader.key, leader)
                 return _LOAD_ERRORS[code], msg
             code = _LOAD_ERRORS.get(code, ErrorCode.UNKNOWN_SERVER_ERROR)

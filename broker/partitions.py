@@ -162,6 +162,11 @@ class Partitions:
         self.shutting_down = False
         self._waiting: dict[tuple, int] = {}  # keys of in-flight long polls (to wake them at shutdown)
         self._expiry_task: asyncio.Task | None = None
+        # Kafka loads every log at start-up and expires producers only in its periodic check: a
+        # state loaded later (kshare loads on first use) filters its snapshot as of the start and
+        # drops the replayed producers only as of the last check (None: none ran yet).
+        self._started_ms = clock_ms()
+        self._last_expiry_check_ms: int | None = None
 
     # -- appends -------------------------------------------------------------------------------
 
@@ -403,7 +408,6 @@ class Partitions:
                 self.producer_config.expiration_ms = new
 
     def _load(self, lg: PartitionLog) -> _ProducerSlot:
-        now = self.clock_ms()
         name = f"{lg.topic}-{lg.partition}"
         state = ProducerStateManager(name, self.producer_config)
         directory = getattr(lg, "directory", None)
@@ -426,7 +430,7 @@ class Partitions:
                     files.delete(offset)
             for offset in reversed(usable):
                 try:
-                    state.load_snapshot(files.read(offset), offset, now)
+                    state.load_snapshot(files.read(offset), offset, self._started_ms)
                 except (CorruptSnapshotError, OSError) as e:
                     log.warning("%s: ignoring producer snapshot at %d: %s", name, offset, e)
                     files.delete(offset)
@@ -437,7 +441,8 @@ class Partitions:
         if start is None:
             start = lg.start_offset if files is None else segments[max(0, len(segments) - REPLAY_SEGMENTS)].base_offset
         replayed = self._replay(lg, state, max(start, lg.start_offset))
-        state.remove_expired(now)
+        if self._last_expiry_check_ms is not None:
+            state.remove_expired(self._last_expiry_check_ms)
         state.map_end_offset = end
         if replayed or start != end:
             log.info(
@@ -478,6 +483,7 @@ class Partitions:
             self._write_snapshot(slot, lg.end_offset)
 
     def remove_expired_producers(self, now_ms: int) -> int:
+        self._last_expiry_check_ms = now_ms
         n = 0
         for key, slot in list(self._producers.items()):
             if self.store.get(*key) is not slot.log:

@@ -342,3 +342,29 @@ def test_describe_producers_of_a_log_with_a_corrupt_batch_is_kafka_storage_error
         assert describe_producers(c, (topic_name, [0]), (idle, [0])) == [
             (topic_name, 0, ErrorCode.KAFKA_STORAGE_ERROR, None, []), (idle, 0, 0, None, [])]
     assert "Traceback" not in b.log()
+
+
+def test_replayed_producers_are_expired_by_the_periodic_check_not_at_load(broker_factory, topic_name):
+    """Kafka's UnifiedLog.rebuildProducerState drops expired producers from a snapshot at
+    start-up but not the ones replayed from the log after it; the first
+    PeriodicProducerExpirationCheck does. After a crash (no snapshot) a producer whose last batch
+    is older than producer.id.expiration.ms is therefore still described until that check, and a
+    partition first read after the check no longer has it."""
+    b = broker_factory({"producer.id.expiration.check.interval.ms": "4000"})
+    other = topic_name + "-other"
+    old = int(time.time() * 1000) - 2 * 86_400_000  # CreateTime two days ago (expiration: one day)
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        create_topic(c, other)
+        pid = init_producer_id(c).producer_id
+        for name in (topic_name, other):
+            assert produce(c, name, batch([b"a"], producer_id=pid, epoch=0, seq=0, timestamp_ms=old)).error_code == 0
+    b.kill()  # no snapshot at the log end: both logs are replayed at the next load
+    b.start()
+    with RawClient(b.bootstrap) as c:
+        assert describe_producers(c, (topic_name, [0])) == [(topic_name, 0, 0, None, [(pid, 0, 0, old, -1, -1)])]
+        deadline = time.monotonic() + 30
+        while describe_producers(c, (topic_name, [0]))[0][4]:  # until the first check removes it
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert describe_producers(c, (other, [0])) == [(other, 0, 0, None, [])]  # loaded after the check

@@ -123,11 +123,12 @@ def test_leader_epoch_checks_and_read_committed(broker, topic_name):
         produce(c, topic_name, batch([b"a"]))
         assert fetch(c, topic_name, 0, leader_epoch=0).error_code == 0
         assert fetch(c, topic_name, 0, leader_epoch=1).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
-        assert fetch(c, topic_name, 0, leader_epoch=-2).error_code == ErrorCode.FENCED_LEADER_EPOCH
         topic_id = create_topic(c, topic_name).topic_id
-        resp = c.request(FETCH, 16, fetch_request("", 0, leader_epoch=-2, topic_id=topic_id))
-        fenced = resp.responses[0].partitions[0]
-        assert (fenced.current_leader.leader_id, fenced.current_leader.leader_epoch) == (1, 0)  # KIP-951
+        req = fetch_request("", 0, topic_id=topic_id)
+        req.replica_state = ReplicaState(replica_id=2, replica_epoch=1)
+        resp = c.request(FETCH, 16, req)
+        refused = resp.responses[0].partitions[0]
+        assert (refused.current_leader.leader_id, refused.current_leader.leader_epoch) == (1, 0)  # KIP-951
         assert [(n.node_id, n.port) for n in resp.node_endpoints] == [(1, int(broker.bootstrap.rsplit(":", 1)[1]))]
         committed = fetch(c, topic_name, 0, isolation_level=1)
         assert committed.aborted_transactions == [] and committed.last_stable_offset == 1
@@ -418,4 +419,50 @@ async def test_log_start_offset_moves_are_reflected(local):
     assert (part.log_start_offset, part.high_watermark) == (2, 3)
     resp = await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"d"])))
     assert resp.responses[0].partition_responses[0].log_start_offset == 2
+
+
+
+# -- epochs as Kafka's FetchRequest.fetchData reads them ------------------------------------------
+
+
+def test_a_negative_current_leader_epoch_is_not_checked(broker, topic_name):
+    """FetchRequest.optionalEpoch: any negative CurrentLeaderEpoch is absent, so with leader
+    epoch 0 a Fetch is never FENCED_LEADER_EPOCH (ListOffsets keeps -2 and is fenced)."""
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        produce(c, topic_name, batch([b"a"]))
+        for epoch in (-1, -2, -100):
+            part = fetch(c, topic_name, 0, leader_epoch=epoch)
+            assert (part.error_code, len(records_of(part.records))) == (0, 1), epoch
+
+
+def test_current_leader_is_named_from_v16_only(broker, topic_name):
+    """KafkaApis.handleFetchRequest fills CurrentLeader and NodeEndpoints for versionId >= 16;
+    v12-15 carry the tagged field's default."""
+    with RawClient(broker.bootstrap) as c:
+        topic_id = create_topic(c, topic_name).topic_id
+        for version, named in ((12, False), (15, False), (16, True), (18, True)):
+            by_id = {"topic_id": topic_id} if version >= 13 else {}
+            req = fetch_request(topic_name if version < 13 else "", 0, **by_id)
+            req.replica_state = ReplicaState(replica_id=2, replica_epoch=1)
+            req.replica_id = 2
+            resp = c.request(FETCH, version, req)
+            p = resp.responses[0].partitions[0]
+            assert p.error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+            leader = (p.current_leader.leader_id, p.current_leader.leader_epoch)
+            assert leader == ((1, 0) if named else (-1, -1)), version
+            assert bool(resp.node_endpoints) == named, version
+
+
+def test_follower_fetches_are_checked_for_epoch_then_refused_as_unknown_replicas(broker, topic_name):
+    """Partition.fetchRecords: the leader epoch is checked first, then followerReplicaOrThrow
+    refuses a replica that is not assigned: UNKNOWN_LEADER_EPOCH when the request has an epoch,
+    NOT_LEADER_OR_FOLLOWER when it has none."""
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        for epoch, code in ((-1, ErrorCode.NOT_LEADER_OR_FOLLOWER), (0, ErrorCode.UNKNOWN_LEADER_EPOCH),
+                            (3, ErrorCode.UNKNOWN_LEADER_EPOCH)):
+            req = fetch_request(topic_name, 0, leader_epoch=epoch)
+            req.replica_id = 2
+            assert c.request(FETCH, 12, req).responses[0].partitions[0].error_code == code, epoch
 

@@ -26,7 +26,10 @@ may not know that error: Kafka's maybeDownConvertStorageError).
 
 The last stable offset is the high watermark (no transactions yet), so read_committed reads
 the same as read_uncommitted, with an empty aborted-transactions list. Leader epoch is always
-0: a CurrentLeaderEpoch below it is FENCED_LEADER_EPOCH, above it UNKNOWN_LEADER_EPOCH.
+0: a CurrentLeaderEpoch above it is UNKNOWN_LEADER_EPOCH; a negative one is no epoch (Kafka's
+FetchRequest drops them), so a Fetch is never FENCED_LEADER_EPOCH. A follower (ReplicaId 0 or
+more) is no assigned replica: UNKNOWN_LEADER_EPOCH if it sent an epoch, else
+NOT_LEADER_OR_FOLLOWER, which from v16 names the leader (KIP-951).
 """
 
 from __future__ import annotations
@@ -59,6 +62,12 @@ def leader_epoch_error(requested: int) -> ErrorCode | None:
     if requested == -1 or requested == LEADER_EPOCH:
         return None
     return ErrorCode.FENCED_LEADER_EPOCH if requested < LEADER_EPOCH else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def _fetch_epoch_error(requested: int) -> ErrorCode | None:
+    """As ``leader_epoch_error``, for a Fetch: FetchRequest.fetchData drops every negative epoch
+    (optionalEpoch), so none is checked and a Fetch is never fenced by our epoch 0."""
+    return None if requested < 0 else leader_epoch_error(requested)
 
 
 def _error_partition(index: int, code: ErrorCode) -> PartitionData:
@@ -149,10 +158,11 @@ def _plan(broker, req, v: int) -> _Plan:
                 plan.responses.append(tr)
             if lg.offline:
                 code = plan.storage_error
-            elif from_follower:
-                code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # there are no followers
             else:
-                code = leader_epoch_error(fp.current_leader_epoch)
+                code = _fetch_epoch_error(fp.current_leader_epoch)
+                if code is None and from_follower:  # no replica is assigned: followerReplicaOrThrow
+                    code = (ErrorCode.UNKNOWN_LEADER_EPOCH if fp.current_leader_epoch >= 0
+                            else ErrorCode.NOT_LEADER_OR_FOLLOWER)
             if code is not None:
                 tr.partitions.append(_error_partition(index, code))
                 plan.errors = True
@@ -247,8 +257,8 @@ async def handle(ctx, req) -> FetchResponse:
     if plan.unknown:
         _append_unknown(plan, v)
     resp = FetchResponse(throttle_time_ms=0, error_code=0, session_id=0, responses=plan.responses)
-    if plan.errors and v >= 12:
-        point_at_the_leader(broker, resp, LeaderIdAndEpoch, NodeEndpoint, endpoints=v >= 16)
+    if plan.errors and v >= 16:  # KafkaApis names the leader from v16, not v12 (the field's first)
+        point_at_the_leader(broker, resp, LeaderIdAndEpoch, NodeEndpoint)
     return resp
 
 

@@ -466,3 +466,26 @@ def test_follower_fetches_are_checked_for_epoch_then_refused_as_unknown_replicas
             req.replica_id = 2
             assert c.request(FETCH, 12, req).responses[0].partitions[0].error_code == code, epoch
 
+
+def test_last_fetched_epoch_finds_a_diverging_log_or_an_unknown_epoch(broker, topic_name):
+    """Partition.readRecords with LastFetchedEpoch: epoch 0 ends at the log end, so a fetch
+    offset past it gets DivergingEpoch (0, log end) and no error, at once; an epoch the log never
+    had is OFFSET_OUT_OF_RANGE; a negative one is absent."""
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        produce(c, topic_name, batch([b"a"]))
+        produce(c, topic_name, batch([b"b"]))
+
+        def part(offset, last_epoch, **kw):
+            req = fetch_request(topic_name, offset, **kw)
+            req.topics[0].partitions[0].last_fetched_epoch = last_epoch
+            return c.request(FETCH, 12, req).responses[0].partitions[0]
+
+        p = part(5, 0, max_wait_ms=5000, min_bytes=1)
+        assert (p.error_code, p.diverging_epoch.epoch, p.diverging_epoch.end_offset) == (0, 0, 2)
+        assert (p.high_watermark, p.log_start_offset, bytes(p.records)) == (2, 0, b"")
+        p = part(1, 0)
+        assert (p.error_code, p.diverging_epoch.epoch, [r.value for r in records_of(p.records)]) == (0, -1, [b"b"])
+        assert part(1, 1).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
+        assert part(5, -3).error_code == ErrorCode.OFFSET_OUT_OF_RANGE  # absent: the plain range check
+        assert [r.value for r in records_of(part(0, -3).records)] == [b"a", b"b"]

@@ -29,7 +29,10 @@ the same as read_uncommitted, with an empty aborted-transactions list. Leader ep
 0: a CurrentLeaderEpoch above it is UNKNOWN_LEADER_EPOCH; a negative one is no epoch (Kafka's
 FetchRequest drops them), so a Fetch is never FENCED_LEADER_EPOCH. A follower (ReplicaId 0 or
 more) is no assigned replica: UNKNOWN_LEADER_EPOCH if it sent an epoch, else
-NOT_LEADER_OR_FOLLOWER, which from v16 names the leader (KIP-951).
+NOT_LEADER_OR_FOLLOWER, which from v16 names the leader (KIP-951). A LastFetchedEpoch (v12+, 0
+or more) is checked as Kafka's Partition.readRecords does: epoch 0 ends at the log end, so a fetch
+offset past it answers at once with DivergingEpoch (0, log end) and no error; any other epoch is
+OFFSET_OUT_OF_RANGE.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ import asyncio
 from protocol.errors import ErrorCode
 from protocol.messages.fetch_request import FetchTopic
 from protocol.messages.fetch_response import (
+    EpochEndOffset,
     FetchableTopicResponse,
     FetchResponse,
     LeaderIdAndEpoch,
@@ -90,13 +94,14 @@ class _Plan:
     (KafkaApis' ``erroneous``) and appends after the rest. ``errors``: a partition that exists
     was refused, which answers at once. ``storage_error``: this version's answer for an offline log."""
 
-    __slots__ = ("responses", "readable", "unknown", "errors", "storage_error", "by_id")
+    __slots__ = ("responses", "readable", "unknown", "errors", "diverged", "storage_error", "by_id")
 
     def __init__(self, v: int) -> None:
         self.responses: list[FetchableTopicResponse] = []
         self.readable: list[tuple[PartitionData, object, object]] = []
         self.unknown: list[tuple[object, PartitionData]] = []
         self.errors = False
+        self.diverged = False  # a partition got DivergingEpoch, which answers at once
         self.storage_error = ErrorCode.NOT_LEADER_OR_FOLLOWER if v <= 5 else ErrorCode.KAFKA_STORAGE_ERROR
         self.by_id = v >= 13
 
@@ -203,6 +208,20 @@ def _read(plan: _Plan, max_bytes: int, store) -> int:
             _set_error(pd, _gone(plan, lg, store) if lg.closed else plan.storage_error)
             plan.errors = True
             continue
+        if fp.last_fetched_epoch >= 0:  # Partition.readRecords: only epoch 0 ends, at the log end
+            if fp.last_fetched_epoch != LEADER_EPOCH or fp.fetch_offset < lg.start_offset:
+                _set_error(pd, ErrorCode.OFFSET_OUT_OF_RANGE)
+                plan.errors = True
+                continue
+            if fp.fetch_offset > lg.end_offset:
+                pd.error_code = 0
+                pd.high_watermark = pd.last_stable_offset = lg.end_offset
+                pd.log_start_offset = lg.start_offset
+                pd.diverging_epoch = EpochEndOffset(epoch=LEADER_EPOCH, end_offset=lg.end_offset)
+                pd.aborted_transactions = None  # FetchDataInfo.empty
+                pd.records = EMPTY
+                plan.diverged = True
+                continue
         budget = min(fp.partition_max_bytes, limit)
         try:
             r = lg.read(fp.fetch_offset, budget, min_one=min_one, headers=False)
@@ -250,7 +269,7 @@ async def handle(ctx, req) -> FetchResponse:
     min_bytes = min(req.min_bytes, max_bytes)
     plan = _plan(broker, req, v)
     total = _read(plan, max_bytes, broker.store)
-    if (total < min_bytes and req.max_wait_ms > 0 and plan.readable and not plan.errors
+    if (total < min_bytes and req.max_wait_ms > 0 and plan.readable and not plan.errors and not plan.diverged
             and not any(_on_older_segment(lg, fp) for _pd, lg, fp in plan.readable)):
         await _wait(broker, plan, total, min_bytes, req.max_wait_ms / 1000)
         _read(plan, max_bytes, broker.store)

@@ -358,7 +358,7 @@ async def test_a_fetch_offset_on_an_older_segment_answers_without_waiting_for_mi
     await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"b"])))
     req = fetch_request("t", 0, max_wait_ms=30_000, min_bytes=1 << 20)
     resp = await asyncio.wait_for(fetch_handler.handle(ctx(local, 1, 12), req), 5)
-    assert [r.value for r in records_of(resp.responses[0].partitions[0].records)] == [b"a", b"b"]
+    assert [r.value for r in records_of(resp.responses[0].partitions[0].records)] == [b"a"]  # one segment
     # Waiting on the log end's segment, a roll ends the wait.
     req = fetch_request("t", 1, max_wait_ms=30_000, min_bytes=1 << 20)
     task = asyncio.ensure_future(fetch_handler.handle(ctx(local, 1, 12), req))
@@ -367,7 +367,30 @@ async def test_a_fetch_offset_on_an_older_segment_answers_without_waiting_for_mi
     lg.roll()
     await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"c"])))
     resp = await asyncio.wait_for(task, 5)
-    assert [r.value for r in records_of(resp.responses[0].partitions[0].records)] == [b"b", b"c"]
+    assert [r.value for r in records_of(resp.responses[0].partitions[0].records)] == [b"b"]
+
+
+async def test_a_partition_is_read_from_one_segment_per_fetch(local):
+    """Kafka's LocalLog.read returns what the fetch offset's segment holds and moves to the next
+    segment only when that one has nothing at or after the offset; the budget left over is not
+    spent on later segments."""
+    local.topics.create("t", 1)
+    lg = local.store.get("t", 0)
+    for values in ([b"a", b"b"], [b"c"], [b"d"]):
+        for v in values:
+            await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([v])))
+        lg.roll()
+
+    async def values(offset):
+        resp = await fetch_handler.handle(ctx(local, 1, 12), fetch_request("t", offset))
+        return [r.value for r in records_of(resp.responses[0].partitions[0].records)]
+
+    assert await values(0) == [b"a", b"b"]
+    assert await values(1) == [b"b"]
+    assert await values(2) == [b"c"]
+    assert await values(3) == [b"d"]
+    lg.delete_records_before(2)  # the first segment goes; offset 2 starts the log
+    assert await values(2) == [b"c"]
 
 
 async def test_shutdown_releases_long_polls(local):

@@ -13,8 +13,9 @@ out as slices of the segment reads, never re-encoded. If less than MinBytes is a
 request waits up to MaxWaitMs for appends to its partitions (``broker.partitions.wait_for_data``),
 counting the bytes appended since (never less when retention or DeleteRecords drop segments
 meanwhile), like Kafka's DelayedFetch, then reads again. As DelayedFetch (its case F), a fetch
-offset on a segment older than the log end's is enough whatever MinBytes asks: Kafka reads one
-segment per partition, so such a fetch would never gather more. As Kafka's
+offset on a segment older than the log end's is enough whatever MinBytes asks: as Kafka's
+LocalLog.read, a partition is read from the fetch offset's segment only (the next one only when
+that one holds nothing at or after the offset), so such a fetch would never gather more. As Kafka's
 handleFetch, partitions that do not exist (unknown topic, topic id or partition) are set aside
 and answered after the others without cutting the wait short; an error met reading a partition
 that exists (epochs, offsets, a damaged or offline log) answers at once. A partition named twice
@@ -224,7 +225,7 @@ def _read(plan: _Plan, max_bytes: int, store) -> int:
                 continue
         budget = min(fp.partition_max_bytes, limit)
         try:
-            r = lg.read(fp.fetch_offset, budget, min_one=min_one, headers=False)
+            r = lg.read(fp.fetch_offset, budget, min_one=min_one, headers=False, one_segment=True)
         except OffsetOutOfRange:
             _set_error(pd, ErrorCode.OFFSET_OUT_OF_RANGE)
             plan.errors = True
@@ -237,7 +238,7 @@ def _read(plan: _Plan, max_bytes: int, store) -> int:
         pd.high_watermark = pd.last_stable_offset = r.end_offset
         pd.log_start_offset = r.start_offset
         if r.size:
-            pd.records = r.chunks  # whole batches, one buffer per segment read
+            pd.records = r.chunks  # whole batches of one segment
             min_one = False
             limit = max(0, limit - r.size)
             total += r.size

@@ -321,11 +321,14 @@ class Log:
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int, *, min_one: bool = True, headers: bool = True) -> ReadResult:
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True, headers: bool = True,
+             one_segment: bool = False) -> ReadResult:
         """Whole batches from the one holding ``offset`` (KIP-74: at least one if ``min_one``).
 
         ``headers=False`` leaves ``batches`` empty (``chunks`` hold the batches): Fetch only
         sends the bytes, and listing every batch would cost more than reading them.
+        ``one_segment``: stop at the first segment holding a batch at or after ``offset``, as
+        Kafka's LocalLog.read does for a Fetch.
         """
         start, end = self.start_offset, self.end_offset
         if offset < start or offset > end:
@@ -354,7 +357,7 @@ class Log:
                 result.size += len(view)
                 budget -= len(view)
                 result.batches += batches
-            if not reached_end or budget <= 0:
+            if not reached_end or budget <= 0 or (one_segment and view is not None):
                 break
             offset = seg.next_offset
         return result

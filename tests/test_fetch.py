@@ -95,6 +95,13 @@ def test_partition_and_request_byte_limits_follow_kip_74(broker, topic_name):
         assert [h.base_offset for h in headers_of(part.records)] == [0]
         part = fetch(c, topic_name, 1, partition_max_bytes=2 * size)
         assert [h.base_offset for h in headers_of(part.records)] == [1, 2]
+        # past the first batch the limit cuts where it falls, as Kafka's LogSegment.read slices
+        # the file: a partial batch ends the data (clients drop it and fetch it again)
+        part = fetch(c, topic_name, 0, partition_max_bytes=2 * size - 1)
+        records = bytes(part.records)
+        assert len(records) == 2 * size - 1
+        assert [h.base_offset for h in headers_of(records[:size])] == [0]
+        assert records[size:] == bytes(fetch(c, topic_name, 1, partition_max_bytes=size).records)[:size - 1]
         # request limit: the first partition takes what fits, the next gets the rest only
         req = FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=size + 10, topics=[
             FetchTopic(topic=topic_name, partitions=[FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)]),
@@ -102,9 +109,13 @@ def test_partition_and_request_byte_limits_follow_kip_74(broker, topic_name):
         ])
         resp = c.request(FETCH, 12, req)
         first, second = (t.partitions[0] for t in resp.responses)
-        assert len(headers_of(first.records)) == 1
-        assert headers_of(second.records) == []  # 10 bytes left: not a whole batch, and not the first
+        assert len(bytes(first.records)) == size + 10  # one batch and 10 bytes of the next
+        assert len(headers_of(bytes(first.records)[:size])) == 1
+        assert bytes(second.records) == b""  # nothing left
         assert second.high_watermark == 3
+        req.max_bytes = 3 * size + 10  # 10 bytes left for the second: not a whole batch, and not the first
+        first, second = (t.partitions[0] for t in c.request(FETCH, 12, req).responses)
+        assert (len(bytes(first.records)), bytes(second.records)) == (3 * size, b"")
 
 
 def test_offset_out_of_range_and_the_log_end(broker, topic_name):

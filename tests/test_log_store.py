@@ -106,6 +106,22 @@ def _expected_read(model, offset, max_bytes, min_one):
     return out
 
 
+def _expected_fetch_read(log, model, offset, max_bytes, min_one) -> bytes:
+    """Kafka's LocalLog.read and LogSegment.read: the fetch offset's segment only (the next one
+    if it holds nothing at or after the offset), from the first batch ending at or after it, a
+    file slice of max_bytes (at least the first batch with min_one; nothing when the first batch
+    does not fit without it, ReplicaManager's firstEntryIncomplete)."""
+    for seg in log.segments:
+        held = [data for base, last, data in model if seg.base_offset <= base < seg.next_offset and last >= offset]
+        if not held:
+            continue
+        first = len(held[0])
+        if first > max_bytes and not min_one:
+            return b""
+        return b"".join(held)[: max(max_bytes, first)]
+    return b""
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(["memory", "file"]),
@@ -140,9 +156,10 @@ def test_random_reads_match_brute_force(kind, batches, segment_bytes, index_inte
                 res = log.read(offset, max_bytes, min_one=min_one)
                 got = [(b.base_offset, d) for b, d in zip(res.batches, result_batches(res))]
                 assert got == _expected_read(model, offset, max_bytes, min_one)
-                # what Fetch reads: the same bytes, the batch ends found without headers
-                bare = log.read(offset, max_bytes, min_one=min_one, headers=False)
-                assert (joined(bare), bare.size, bare.batches) == (joined(res), res.size, [])
+                # what Fetch reads: one segment, cut where max_bytes falls, as Kafka's
+                bare = log.read(offset, max_bytes, min_one=min_one, headers=False, one_segment=True)
+                expected = _expected_fetch_read(log, model, offset, max_bytes, min_one)
+                assert (joined(bare), bare.size, bare.batches) == (expected, len(expected), [])
 
         check(log)
         if kind == "file":  # indexes saved on close and reloaded must agree too

@@ -39,12 +39,6 @@ class OffsetIndex:
         i = bisect_right(self.offsets, relative_offset) - 1
         return self.positions[i] if i >= 0 else 0
 
-    def floor_position(self, position: int) -> int:
-        """The last indexed batch start at or before ``position`` (-1 if none): a read can
-        walk batch lengths from there instead of from its first batch."""
-        i = bisect_right(self.positions, position) - 1
-        return self.positions[i] if i >= 0 else -1
-
     def last(self) -> tuple[int, int] | None:
         return (self.offsets[-1], self.positions[-1]) if self.offsets else None
 

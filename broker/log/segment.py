@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 from bisect import bisect_right
 from typing import Protocol
 
@@ -28,7 +27,6 @@ from .index import OffsetIndex, TimeIndex
 from .store import KafkaStorageError, ReadBatch
 
 NO_TIMESTAMP = -1
-_LENGTH = struct.Struct(">i")  # a batch's length, at byte 8
 
 
 class SegmentData(Protocol):
@@ -283,8 +281,8 @@ class Segment:
         Returns ``(buffer, batches, reached_end)``: each ``ReadBatch`` carries ``chunk`` and its
         position in the buffer; ``reached_end`` says the segment's last batch was included, so
         a caller may continue with the next segment. Without ``headers`` the batches are not
-        listed (Fetch only sends the bytes): their end is found from the offset index's last
-        entry within the budget and the lengths of the few batches after it.
+        listed (Fetch only sends the bytes) and, as Kafka's LogSegment.read slices the file, the
+        bytes after the first batch end where ``max_bytes`` does, maybe inside a batch.
         """
         end = self.size
         pos = self.index.lookup(offset - self.base_offset)
@@ -329,10 +327,8 @@ class Segment:
         if p + want > len(buf):
             buf = self.data.read(abs_pos, want)
             p = 0
-        if not headers:
-            jump = max(0, self.index.floor_position(abs_pos + want) - abs_pos)
-            q = _whole_batches_end(buf, p + jump, p + want)
-            return memoryview(buf)[p:q], [], abs_pos + (q - p) >= end
+        if not headers:  # Kafka's LogSegment.read: a file slice, which may end inside a batch
+            return memoryview(buf)[p : p + want], [], abs_pos + want >= end
         # walk_headers, inlined: this loop runs once per batch of every fetch
         batches = []
         add = batches.append
@@ -349,15 +345,3 @@ class Segment:
             q += size
         return memoryview(buf)[p:q], batches, abs_pos + (q - p) >= end
 
-
-def _whole_batches_end(buf, start: int, limit: int) -> int:
-    """Where the whole batches of ``buf[start:limit]`` end (``start``: a batch start), found
-    by their lengths only."""
-    q = start
-    length_at = _LENGTH.unpack_from
-    while limit - q >= HEADER_SIZE:
-        size = length_at(buf, q + 8)[0] + LOG_OVERHEAD
-        if size < HEADER_SIZE or q + size > limit:
-            break
-        q += size
-    return q

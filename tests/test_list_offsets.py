@@ -69,7 +69,28 @@ def test_errors(broker, topic_name):
             ListOffsetsPartition(partition_index=0, timestamp=EARLIEST),
         ])])
         resp = c.request(LIST_OFFSETS, 9, twice)
-        assert [p.error_code for p in resp.topics[0].partitions] == [ErrorCode.INVALID_REQUEST] * 2
+        assert [p.error_code for p in resp.topics[0].partitions] == [ErrorCode.INVALID_REQUEST]
+
+
+def test_answers_are_keyed_by_partition_and_grouped_by_topic(broker, topic_name):
+    """Kafka's ReplicaManager.fetchOffset keeps one status per partition in a map and groups the
+    answers by topic name: a partition named twice gets one INVALID_REQUEST, and a topic named
+    in two entries gets one."""
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)  # one partition: partition 1 is unknown
+        def part(index, timestamp=LATEST):
+            return ListOffsetsPartition(partition_index=index, timestamp=timestamp)
+
+        req = ListOffsetsRequest(replica_id=-1, topics=[
+            ListOffsetsTopic(name=topic_name, partitions=[part(0)]),
+            ListOffsetsTopic(name="no-such-topic", partitions=[part(0)]),
+            ListOffsetsTopic(name=topic_name, partitions=[part(1), part(0, EARLIEST)]),
+        ])
+        resp = c.request(LIST_OFFSETS, 9, req)
+        assert sorted((t.name, p.partition_index, p.error_code) for t in resp.topics for p in t.partitions) == sorted([
+            (topic_name, 0, ErrorCode.INVALID_REQUEST), (topic_name, 1, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+            ("no-such-topic", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)])
+        assert sorted(t.name for t in resp.topics) == sorted([topic_name, "no-such-topic"])
 
 
 @pytest.mark.parametrize("timestamp, version", [

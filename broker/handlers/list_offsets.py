@@ -10,8 +10,11 @@ A special timestamp asked for below the version that introduced it, or a negativ
 does not know, gets UNSUPPORTED_VERSION for its partition (ReplicaManager's
 ``isListOffsetsTimestampUnsupported``).
 
-The leader epoch is always 0 (responses v4+); CurrentLeaderEpoch is checked like Fetch does.
-A partition named twice in one request gets INVALID_REQUEST. A partition whose log went offline
+The leader epoch is always 0 (responses v4+); CurrentLeaderEpoch is checked (only -1 means
+none, unlike Fetch, so -2 is FENCED_LEADER_EPOCH). A partition named twice in one request gets
+one INVALID_REQUEST answer, and a topic named in several entries one entry: Kafka's
+ReplicaManager.fetchOffset keeps a status per partition in a map and groups them by topic (in
+its map's order; kshare keeps the request's). A partition whose log went offline
 gets KAFKA_STORAGE_ERROR (before the epoch check), as Kafka's getPartitionOrError answers for a
 partition in an offline log directory, even for lookups that would not read the damaged bytes.
 """
@@ -76,13 +79,18 @@ async def handle(ctx, req) -> ListOffsetsResponse:
     topics = broker.topics
     store = broker.store
     seen = Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
-    out = []
+    by_name: dict[str, ListOffsetsTopicResponse] = {}  # Kafka groups its answers by topic name
+    answered = set()
     for t in req.topics:
         topic = topics.get(t.name)
-        tr = ListOffsetsTopicResponse(name=t.name)
-        out.append(tr)
+        tr = by_name.get(t.name)
+        if tr is None:
+            tr = by_name[t.name] = ListOffsetsTopicResponse(name=t.name)
         for p in t.partitions:
             index = p.partition_index
+            if (t.name, index) in answered:  # Kafka keeps one status per partition
+                continue
+            answered.add((t.name, index))
             resp = ListOffsetsPartitionResponse(partition_index=index)
             tr.partitions.append(resp)
             lg = None
@@ -103,4 +111,4 @@ async def handle(ctx, req) -> ListOffsetsResponse:
                 resp.timestamp, resp.offset, resp.leader_epoch = lookup(lg, p.timestamp)
             except READ_ERRORS as e:  # a damaged log, which has reported it
                 resp.error_code = e.error_code
-    return ListOffsetsResponse(throttle_time_ms=0, topics=out)
+    return ListOffsetsResponse(throttle_time_ms=0, topics=list(by_name.values()))

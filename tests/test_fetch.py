@@ -523,3 +523,16 @@ def test_last_fetched_epoch_finds_a_diverging_log_or_an_unknown_epoch(broker, to
         assert part(1, 1).error_code == ErrorCode.OFFSET_OUT_OF_RANGE
         assert part(5, -3).error_code == ErrorCode.OFFSET_OUT_OF_RANGE  # absent: the plain range check
         assert [r.value for r in records_of(part(0, -3).records)] == [b"a", b"b"]
+
+
+def test_an_unknown_isolation_level_fails_the_request(broker, topic_name):
+    """IsolationLevel.forId throws for anything but 0 and 1 once FetchIsolation.of reads it (a
+    partition exists): KafkaApis.handle answers the request's error response."""
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        resp = c.request(FETCH, 12, fetch_request(topic_name, 0, isolation_level=2))
+        assert resp.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+        assert [p.error_code for t in resp.responses for p in t.partitions] == [ErrorCode.UNKNOWN_SERVER_ERROR]
+        resp = c.request(FETCH, 12, fetch_request("no-such-topic", 0, isolation_level=2))
+        assert resp.error_code == 0  # nothing to read: never looked at
+        assert fetch(c, topic_name, 0, isolation_level=1).error_code == 0

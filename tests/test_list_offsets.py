@@ -127,3 +127,13 @@ async def test_earliest_follows_the_log_start_offset(local):
     req.topics[0].partitions[0].timestamp = T0  # by timestamp: never below the log start
     resp = await list_offsets_handler.handle(ctx, req)
     assert (resp.topics[0].partitions[0].offset, resp.topics[0].partitions[0].timestamp) == (3, T0 + 3)
+
+
+def test_an_unknown_isolation_level_fails_the_request(broker, topic_name):
+    """KafkaApis passes IsolationLevel.forId's answer to fetchOffset: anything but 0 and 1
+    throws, and every partition is answered UNKNOWN_SERVER_ERROR."""
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        p = list_offset(c, topic_name, LATEST, isolation_level=2)
+        assert (p.error_code, p.offset, p.timestamp) == (ErrorCode.UNKNOWN_SERVER_ERROR, -1, -1)
+        assert list_offset(c, topic_name, LATEST, isolation_level=1).error_code == 0

@@ -39,6 +39,7 @@ OFFSET_OUT_OF_RANGE.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from protocol.errors import ErrorCode
 from protocol.messages.fetch_request import FetchTopic
@@ -54,6 +55,8 @@ from protocol.messages.fetch_response import (
 from ..log import READ_ERRORS, KafkaStorageError, OffsetOutOfRange
 from ..partitions import LEADER_EPOCH, data_key
 from ._leader import point_at_the_leader
+
+log = logging.getLogger(__name__)
 
 API_KEY = 1
 MIN_VERSION, MAX_VERSION = 4, 18
@@ -269,6 +272,11 @@ async def handle(ctx, req) -> FetchResponse:
     max_bytes = broker.server.response_bytes(min(req.max_bytes, broker.config["fetch.max.bytes"]))
     min_bytes = min(req.min_bytes, max_bytes)
     plan = _plan(broker, req, v)
+    if plan.responses and req.isolation_level not in (0, READ_COMMITTED):
+        # Kafka's FetchIsolation.of reads it with IsolationLevel.forId once a partition exists:
+        # its exception answers the whole request UNKNOWN_SERVER_ERROR (KafkaApis.handle)
+        log.error("Fetch v%d failed: Unknown isolation level %d", v, req.isolation_level)
+        return error_response(req, v, ErrorCode.UNKNOWN_SERVER_ERROR)
     total = _read(plan, max_bytes, broker.store)
     if (total < min_bytes and req.max_wait_ms > 0 and plan.readable and not plan.errors and not plan.diverged
             and not any(_on_older_segment(lg, fp) for _pd, lg, fp in plan.readable)):

@@ -21,6 +21,7 @@ partition in an offline log directory, even for lookups that would not read the 
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 
 from protocol.errors import ErrorCode
@@ -33,6 +34,8 @@ from protocol.messages.list_offsets_response import (
 from ..log import READ_ERRORS
 from ..partitions import LEADER_EPOCH
 from .fetch import leader_epoch_error
+
+log = logging.getLogger(__name__)
 
 API_KEY = 2
 MIN_VERSION, MAX_VERSION = 1, 11
@@ -78,6 +81,10 @@ async def handle(ctx, req) -> ListOffsetsResponse:
     broker = ctx.broker
     topics = broker.topics
     store = broker.store
+    if req.topics and req.isolation_level not in (0, 1):
+        # IsolationLevel.forId in KafkaApis' call to fetchOffset: UNKNOWN_SERVER_ERROR for all
+        log.error("ListOffsets v%d failed: Unknown isolation level %d", ctx.api_version, req.isolation_level)
+        return error_response(req, ctx.api_version, ErrorCode.UNKNOWN_SERVER_ERROR)
     seen = Counter((t.name, p.partition_index) for t in req.topics for p in t.partitions)
     by_name: dict[str, ListOffsetsTopicResponse] = {}  # Kafka groups its answers by topic name
     answered = set()

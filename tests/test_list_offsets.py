@@ -93,6 +93,23 @@ def test_answers_are_keyed_by_partition_and_grouped_by_topic(broker, topic_name)
         assert sorted(t.name for t in resp.topics) == sorted([topic_name, "no-such-topic"])
 
 
+def test_a_topic_entry_without_partitions_is_not_answered(broker, topic_name):
+    """Kafka's ReplicaManager.fetchOffset builds its topics from the partitions' statuses: a
+    topic entry that names no partition (known or not) has no entry in the response."""
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        req = ListOffsetsRequest(replica_id=-1, topics=[
+            ListOffsetsTopic(name=topic_name, partitions=[]),
+            ListOffsetsTopic(name="no-such-topic", partitions=[]),
+            ListOffsetsTopic(name=topic_name + "-other", partitions=[]),
+        ])
+        assert c.request(LIST_OFFSETS, 9, req).topics == []
+        req.topics[2].name = topic_name
+        req.topics[2].partitions = [ListOffsetsPartition(partition_index=0, timestamp=LATEST)]
+        resp = c.request(LIST_OFFSETS, 9, req)
+        assert [(t.name, [p.partition_index for p in t.partitions]) for t in resp.topics] == [(topic_name, [0])]
+
+
 @pytest.mark.parametrize("timestamp, version", [
     (MAX_TIMESTAMP, 6), (EARLIEST_LOCAL, 7), (LATEST_TIERED, 8), (EARLIEST_PENDING_UPLOAD, 10), (-7, 11), (-100, 11),
 ])

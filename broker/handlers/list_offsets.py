@@ -14,9 +14,10 @@ The leader epoch is always 0 (responses v4+); CurrentLeaderEpoch is checked (onl
 none, unlike Fetch, so -2 is FENCED_LEADER_EPOCH). A partition named twice in one request gets
 one INVALID_REQUEST answer, and a topic named in several entries one entry: Kafka's
 ReplicaManager.fetchOffset keeps a status per partition in a map and groups them by topic (in
-its map's order; kshare keeps the request's). A partition whose log went offline
-gets KAFKA_STORAGE_ERROR (before the epoch check), as Kafka's getPartitionOrError answers for a
-partition in an offline log directory, even for lookups that would not read the damaged bytes.
+its map's order; kshare keeps the request's), so a topic entry without partitions gets none.
+A partition whose log went offline gets KAFKA_STORAGE_ERROR (before the epoch check), as Kafka's
+getPartitionOrError answers for a partition in an offline log directory, even for lookups that
+would not read the damaged bytes.
 """
 
 from __future__ import annotations
@@ -90,15 +91,15 @@ async def handle(ctx, req) -> ListOffsetsResponse:
     answered = set()
     for t in req.topics:
         topic = topics.get(t.name)
-        tr = by_name.get(t.name)
-        if tr is None:
-            tr = by_name[t.name] = ListOffsetsTopicResponse(name=t.name)
         for p in t.partitions:
             index = p.partition_index
             if (t.name, index) in answered:  # Kafka keeps one status per partition
                 continue
             answered.add((t.name, index))
             resp = ListOffsetsPartitionResponse(partition_index=index)
+            tr = by_name.get(t.name)
+            if tr is None:  # made for a partition: an entry without partitions is not answered
+                tr = by_name[t.name] = ListOffsetsTopicResponse(name=t.name)
             tr.partitions.append(resp)
             lg = None
             if seen[(t.name, index)] > 1:

@@ -712,9 +712,32 @@ def test_broker_survives_malformed_share_requests(broker, admin, topic_name):
         _still_serving(broker)
 
 
+@pytest.mark.parametrize("mode", [2, -1])
+def test_an_unknown_acquire_mode_fails_the_fetch_after_the_acknowledgements(broker, admin, topic_name, mode):
+    """Kafka's ShareFetch turns the mode into ShareAcquireMode.forId, whose
+    IllegalArgumentException leaves KafkaApis as a top-level UNKNOWN_SERVER_ERROR; the
+    piggybacked acknowledgements were applied and the session moved on by then."""
+    tp = (create_topic(admin, topic_name), 0)
+    with ShareMember(broker.bootstrap, unique("g")) as m:
+        m.open([tp], version=2)
+        produce_batches(admin, topic_name, [3])
+        assert all_acquired(m.fetch(version=2)) == {tp: [(0, 2, 1)]}
+        resp = m.fetch(acks={tp: [(0, 2, [RELEASE])]}, acquire_mode=mode, version=2)
+        assert_top_level_error(resp, UNKNOWN_SERVER_ERROR)
+        assert resp.responses == []
+        m.epoch += 1
+        assert all_acquired(m.fetch(version=2)) == {tp: [(0, 2, 2)]}  # released, not fetched then
+        resp = m.fetch(acquire_mode=mode, max_records=0, version=2)  # no records wanted: same
+        assert_top_level_error(resp, UNKNOWN_SERVER_ERROR)
+        m.epoch += 1
+        # Nothing to fetch (a renewal, a close): the mode is never looked at.
+        resp = m.fetch(acks={tp: [(0, 2, [ACCEPT])]}, acquire_mode=mode, epoch=-1, version=2)
+        assert (resp.error_code, parts(resp)[tp].acknowledge_error_code) == (NONE, NONE)
+
+
 @pytest.mark.parametrize("field, value", [
     ("max_wait_ms", -1), ("min_bytes", -5), ("max_bytes", -1), ("max_bytes", 0), ("max_records", -3),
-    ("max_records", 0), ("batch_size", 0), ("batch_size", -1), ("acquire_mode", 7), ("acquire_mode", -1),
+    ("max_records", 0), ("batch_size", 0), ("batch_size", -1),
 ])
 def test_odd_fetch_limits_answer_without_breaking_the_broker(broker, admin, topic_name, field, value):
     tp = (create_topic(admin, topic_name), 0)

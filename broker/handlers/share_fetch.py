@@ -24,6 +24,7 @@ from protocol.messages.share_fetch_response import (
 
 from ..share.manager import FetchParams
 from ..share.sessions import CLOSE, OPEN, rotated
+from ..share.state import AcquireMode
 from ._leader import point_at_the_leader
 from ._share import (
     apply_acks,
@@ -37,6 +38,7 @@ from ._share import (
 
 API_KEY = 78
 MIN_VERSION, MAX_VERSION = 1, 2
+_ACQUIRE_MODES = frozenset(AcquireMode)
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,11 @@ async def handle(ctx, req) -> ShareFetchResponse:
         # Kafka rotates only the partitions it reads (fetchMessages gets them once KafkaApis has
         # set the erroneous ones aside), so an unknown one does not shift the order.
         wanted = rotated(wanted, epoch)
+        if wanted and v >= 2 and req.share_acquire_mode not in _ACQUIRE_MODES:
+            # Kafka's ShareFetch reads the mode with ShareAcquireMode.forId, whose
+            # IllegalArgumentException fails the whole request once the acks are applied.
+            return _top_level_error(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                    f"Unknown share acquire mode id: {req.share_acquire_mode}")
         if wanted:
             max_bytes = broker.server.response_bytes(min(req.max_bytes, broker.config["fetch.max.bytes"]))
             params = FetchParams(

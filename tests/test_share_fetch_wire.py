@@ -435,6 +435,20 @@ def test_max_bytes_limits_the_batches_read_but_never_below_one(broker, admin, to
         assert acquired(parts(m.fetch(max_bytes=1 << 20))[tp]) == [(3, 8, 1)]
 
 
+def test_only_the_first_partition_read_may_exceed_max_bytes(broker, admin, topic_name):
+    """As Kafka's ReplicaManager.readFromLog, which DelayedShareFetch reads with: the first
+    partition that returns records gets at least one batch whatever MaxBytes (KIP-74); the
+    others get what fits in their share of what is left, here nothing."""
+    tid = create_topic(admin, topic_name, partitions=2)
+    p0, p1 = (tid, 0), (tid, 1)
+    with ShareMember(broker.bootstrap, unique("g")) as m:
+        m.open([p0, p1])
+        for p in (0, 1):
+            produce_batches(admin, topic_name, [3], partition=p)
+        assert all_acquired(m.fetch(max_bytes=1)) == {p1: [(0, 2, 1)]}  # epoch 1 reads p1 first
+        assert all_acquired(m.fetch(max_bytes=1)) == {p0: [(0, 2, 1)]}
+
+
 def test_records_are_empty_not_null_when_nothing_is_acquired(broker, admin, topic_name):
     tp = (create_topic(admin, topic_name), 0)
     group = unique("g")

@@ -165,6 +165,17 @@ def _read(lg, leader: _Leader, params: FetchParams, budget_bytes: int):
     return offset, rr
 
 
+def _fitting(batches, max_bytes: int, min_one: bool) -> tuple[int, int]:
+    """(count, bytes) of the leading ``batches`` within ``max_bytes``; at least one if ``min_one``."""
+    n = size = 0
+    for b in batches:
+        if size + b.size > max_bytes and (n or not min_one):
+            break
+        n += 1
+        size += b.size
+    return n, size
+
+
 def _note_density(leader: _Leader, rr) -> None:
     leader.bytes_per_record = rr.size / (rr.batches[-1].last_offset - rr.batches[0].base_offset + 1)
 
@@ -416,6 +427,10 @@ class SharePartitionManager:
             return None
         out: dict[tuple[UUID, int], PartitionFetch] = {}
         records_left = params.max_records
+        # What Kafka's ReplicaManager.readFromLog hands over (KIP-74): each partition its share,
+        # capped by what the earlier ones left of MaxBytes; only the first partition with
+        # records may exceed that, by its first batch.
+        bytes_left, min_one = params.max_bytes, True
         for topic_id, p, leader, read, error in reads:
             if error:
                 out[(topic_id, p)] = PartitionFetch(error)
@@ -423,7 +438,11 @@ class SharePartitionManager:
             if records_left <= 0:
                 continue
             offset, rr = read
-            batches = [(b.base_offset, b.last_offset) for b in rr.batches]
+            n, size = _fitting(rr.batches, min(budget_bytes, bytes_left), min_one)
+            if not n:
+                continue
+            bytes_left, min_one = max(0, bytes_left - size), False
+            batches = [(b.base_offset, b.last_offset) for b in rr.batches[:n]]
             res: AcquireResult = leader.sp.acquire(
                 member_id, batches, fetch_offset=offset, max_records=records_left,
                 batch_size=params.batch_size, mode=params.acquire_mode,

@@ -662,7 +662,8 @@ def test_a_topic_deleted_and_recreated_under_a_parked_fetch(broker, admin, topic
         assert new_id != tp[0]
         produce_batches(admin, topic_name, [1])  # the same name's partition: not the fetch's
         resp = result()
-        assert time.monotonic() - t0 >= 1.0
+        took = time.monotonic() - t0
+        assert took >= 0.95, took  # waited out MaxWaitMs (give or take the broker's timer)
         assert resp.error_code == NONE
         assert parts(resp) == {}  # the old topic's share partition is gone, unanswered
         # The member carries on with the new one; the session keeps the old one until forgotten.

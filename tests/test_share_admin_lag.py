@@ -29,6 +29,7 @@ from broker.handlers import describe_share_group_offsets as describe_handler
 from broker.handlers import produce as produce_handler
 from broker.log.memory import MemoryLogStore
 from broker.share.manager import FetchParams
+from coordinator.group.share_offsets import share_partition_lag
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.alter_share_group_offsets_request import (
     AlterShareGroupOffsetsRequest,
@@ -44,6 +45,12 @@ from protocol.messages.describe_share_group_offsets_request import (
     DescribeShareGroupOffsetsRequest,
     DescribeShareGroupOffsetsRequestGroup,
     DescribeShareGroupOffsetsRequestTopic,
+)
+from protocol.messages.describe_share_group_offsets_response import (
+    DescribeShareGroupOffsetsResponse,
+    DescribeShareGroupOffsetsResponseGroup,
+    DescribeShareGroupOffsetsResponsePartition,
+    DescribeShareGroupOffsetsResponseTopic,
 )
 from tests.test_produce_support import batch, produce_request
 
@@ -370,3 +377,18 @@ def test_a_failing_persister_fails_delete_offsets_with_the_codes_default_message
             ctx(local.broker, 92, 0), DeleteShareGroupOffsetsRequest(
                 group_id=f"lag-group-{n}", topics=[DeleteShareGroupOffsetsRequestTopic(topic_name=f"lag-{n}")])))
         assert (resp.error_code, resp.error_message, resp.responses) == (code, message, [])
+
+
+@pytest.mark.parametrize("end,start,dcc,lag", [
+    (5, -(2**63), 0, 5 - 2**63),          # 5 - MIN_LONG wraps in Java's long arithmetic
+    (0, 2**63 - 1, 2, 2**63 - 1),         # -MAX_LONG - 2 wraps to MAX_LONG
+    (11, 2, 2, 7),
+])
+def test_lag_wraps_as_a_java_long_and_always_encodes(end, start, dcc, lag):
+    """GroupCoordinatorService.computeShareGroupLagAndBuildResponse subtracts in Java longs; a
+    start offset written near the int64 limits (a fuzzed WriteShareGroupState) once gave a lag
+    the response could not encode, closing the admin client's connection."""
+    assert share_partition_lag(end, start, dcc) == lag
+    partition = DescribeShareGroupOffsetsResponsePartition(partition_index=0, start_offset=start, lag=lag)
+    DescribeShareGroupOffsetsResponse(groups=[DescribeShareGroupOffsetsResponseGroup(group_id="g", topics=[
+        DescribeShareGroupOffsetsResponseTopic(topic_name="t", partitions=[partition])])]).to_bytes(1)

@@ -7,7 +7,9 @@ offset the next record gets, so no "+1" is needed, unlike the KIP's "highest off
 minus the share-partition start offset minus the DeliveryCompleteCount, i.e. the records at
 or after the SPSO that are not yet ACKNOWLEDGED or ARCHIVED. It is unknown (-1) while the start
 offset or the count is: state initialised with start offset -1 and never written since, or
-written by a version-0 WriteShareGroupState. Kafka does not clamp it, and neither do we.
+written by a version-0 WriteShareGroupState. Kafka does not clamp it, and neither do we; its
+Java long subtraction wraps around, so a start offset or count written by a WriteShareGroupState
+near the int64 limits gives a wrapped lag, never one too wide for the response's int64 field.
 """
 
 from __future__ import annotations
@@ -21,13 +23,15 @@ UNINITIALIZED_START_OFFSET = -1
 UNINITIALIZED_DELIVERY_COMPLETE_COUNT = -1
 UNINITIALIZED_LAG = -1
 DEFAULT_LEADER_EPOCH = 0
+_INT64_SPAN = 1 << 64
 
 
 def share_partition_lag(end_offset: int, start_offset: int, delivery_complete_count: int) -> int:
     """KIP-1226 lag, or -1 when the start offset or the delivery-complete count is unknown."""
     if start_offset == UNINITIALIZED_START_OFFSET or delivery_complete_count == UNINITIALIZED_DELIVERY_COMPLETE_COUNT:
         return UNINITIALIZED_LAG
-    return end_offset - start_offset - delivery_complete_count
+    lag = end_offset - start_offset - delivery_complete_count
+    return ((lag + _INT64_SPAN // 2) % _INT64_SPAN) - _INT64_SPAN // 2  # Java long arithmetic wraps
 
 
 def lag_is_computable(summary: SummaryResult | None) -> bool:

@@ -1049,3 +1049,19 @@ def test_first_unsettled_is_the_first_live_or_pending_record(data):
     while expected < n and states[expected] >= ACKNOWLEDGED and not pendings[expected]:
         expected += 1
     assert _first_unsettled(states, pendings, i) == expected
+
+
+@pytest.mark.parametrize("mode,max_records", [(AcquireMode.BATCH_OPTIMIZED, 500), (AcquireMode.RECORD_LIMIT, 2)])
+def test_a_loaded_delivery_count_at_the_int16_limit_stays_encodable(mode, max_records):
+    """A WriteShareGroupState may persist delivery count 32767. Acquiring it made 32768, which
+    neither the ShareFetch response nor the state record can hold: the fetch's connection was
+    closed and every release failed to persist, so the records stayed stuck (wire fuzzing)."""
+    sp = SharePartition(clock=FakeClock(), lock_duration_ms=LOCK_MS)
+    sp.initialize(0, 1, [(0, 4, AVAILABLE, 0x7FFF)])
+    r = acquire(sp, "m", [(0, 4)], max_records=max_records, mode=mode)
+    assert r.ranges and all(count == 0x7FFF for _f, _l, count in r.ranges)
+    t = sp.acknowledge("m", [(r.ranges[0][0], r.ranges[-1][1], [RELEASE])])
+    assert t.error_code == 0
+    assert t.state_batches and all(state == ARCHIVED and count == 0x7FFF for _f, _l, state, count in t.state_batches)
+    sp.commit(t)
+    check_counts(sp)

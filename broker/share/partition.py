@@ -63,6 +63,12 @@ from .state import (
 DEFAULT_MAX_IN_FLIGHT_RECORDS = 2000  # group.share.partition.max.record.locks
 DEFAULT_MAX_DELIVERY_COUNT = 5  # group.share.delivery.count.limit
 DEFAULT_LOCK_DURATION_MS = 30_000  # group.share.record.lock.duration.ms
+# The wire (AcquiredRecords.DeliveryCount) and the state records carry an int16 delivery count.
+# Only a forged or corrupt WriteShareGroupState can load a count this high, and one more
+# acquisition must not make a count that can be neither answered nor persisted (the fetch's
+# connection closed and the release failed to persist, wedging the records); Kafka's ``(short)``
+# casts wrap it to a negative count instead, which a load refuses, so it stops here.
+MAX_DELIVERY_COUNT_VALUE = 0x7FFF
 
 # SharePartition's messages for a refused acknowledgement
 _NOT_IN_CACHE = "Batch record not found. The request batch offsets are not found in the cache."
@@ -550,7 +556,8 @@ class SharePartition:
                 continue
             self._unref(e.lock)
             e.state = ACQUIRED
-            e.count += 1
+            if e.count < MAX_DELIVERY_COUNT_VALUE:
+                e.count += 1
             e.member = member_id
             e.lock = self._new_lock(e.first, deadline, 1, e.first, e.last)
             size = e.last - e.first + 1
@@ -618,7 +625,8 @@ class SharePartition:
                 lock = self._locks[token]
             self._unref(locks[i])
             states[i] = ACQUIRED
-            count += 1
+            if count < MAX_DELIVERY_COUNT_VALUE:
+                count += 1
             counts[i] = count
             members[i] = member_id
             locks[i] = token

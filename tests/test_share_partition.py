@@ -1065,3 +1065,18 @@ def test_a_loaded_delivery_count_at_the_int16_limit_stays_encodable(mode, max_re
     assert t.state_batches and all(state == ARCHIVED and count == 0x7FFF for _f, _l, state, count in t.state_batches)
     sp.commit(t)
     check_counts(sp)
+
+
+def test_a_loaded_batch_reaching_far_past_the_log_end_is_split_only_up_to_it():
+    """State written with a batch of 10**12 offsets over a 5-record log: acquiring its first
+    records split the whole batch into per-offset state, a MemoryError for every fetch (and for
+    a batch of a few hundred million offsets, gigabytes). Past the log end it stays one range."""
+    sp = SharePartition(clock=FakeClock(), lock_duration_ms=LOCK_MS)
+    sp.initialize(0, 1, [(0, 10**12, AVAILABLE, 1)])
+    r = sp.acquire("m", [(0, 4)], fetch_offset=0, max_records=500, batch_size=500, log_end=5)
+    assert r.ranges == [(0, 4, 2)]
+    assert [(e.first, e.last, e.is_split) for e in sp.entries()] == [(0, 4, True), (5, 10**12, False)]
+    ack(sp, "m", (0, 4, [ACCEPT]))
+    assert sp.start_offset == 5
+    r = sp.acquire("m", [(5, 6)], fetch_offset=5, max_records=500, batch_size=500, log_end=7)
+    assert r.ranges == [(5, 6, 2)]

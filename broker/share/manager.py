@@ -417,7 +417,7 @@ class SharePartitionManager:
                 continue
             if rr is not None and rr.batches:
                 total += min(rr.size, budget_bytes)  # Kafka counts a partition's bytes up to its share
-                reads.append((topic_id, p, leader, (offset, rr), ErrorCode.NONE))
+                reads.append((topic_id, p, leader, (offset, rr, lg.end_offset), ErrorCode.NONE))
                 older = older or offset < lg.active_segment_base
         # Like a log read error (an offset out of range too), a vanished partition answers at once.
         failed = out_of_range or any(r[4] for r in reads)
@@ -437,7 +437,7 @@ class SharePartitionManager:
                 continue
             if records_left <= 0:
                 continue
-            offset, rr = read
+            offset, rr, log_end = read
             n, size = _fitting(rr.batches, min(budget_bytes, bytes_left), min_one)
             if not n:
                 continue
@@ -445,7 +445,7 @@ class SharePartitionManager:
             batches = [(b.base_offset, b.last_offset) for b in rr.batches[:n]]
             res: AcquireResult = leader.sp.acquire(
                 member_id, batches, fetch_offset=offset, max_records=records_left,
-                batch_size=params.batch_size, mode=params.acquire_mode,
+                batch_size=params.batch_size, mode=params.acquire_mode, log_end=log_end,
             )
             records_left -= res.count
             if res.ranges:

@@ -485,13 +485,15 @@ class SharePartition:
         max_records: int,
         batch_size: int,
         mode: int = AcquireMode.BATCH_OPTIMIZED,
+        log_end: int | None = None,
     ) -> AcquireResult:
         """Acquire records of a log read that started at ``fetch_offset``.
 
         ``log_batches`` are the whole log batches the read returned, in order. Batch-optimized
         mode acquires whole log batches (MaxRecords is soft) and cuts new ranges into
         ``batch_size`` chunks at log-batch boundaries; record-limit mode acquires exactly
-        ``max_records`` at most, as one range.
+        ``max_records`` at most, as one range. ``log_end``, the log end offset when known, bounds
+        the per-offset state an entry is split into (see ``_cut_at``).
         """
         if max_records <= 0 or not log_batches:
             return AcquireResult([], 0, 0, 0)
@@ -544,6 +546,8 @@ class SharePartition:
                 if e.states is None:
                     if e.state != AVAILABLE or e.pending:
                         continue
+                    if log_end is not None and not e.lock and e.first < log_end <= e.last:
+                        self._cut_at(e, log_end)
                     self._split(e)
                 n = self._acquire_offsets(e, member_id, first_base, last_to_acquire,
                                           record_limit, budget - acquired, deadline, ranges)
@@ -731,6 +735,17 @@ class SharePartition:
             cache[rest] = InFlightBatch(rest, e.last, AVAILABLE, 0)
             self._find_next = True
         return n
+
+    def _cut_at(self, e: InFlightBatch, offset: int) -> None:
+        """Leave [offset, e.last] of batch-mode entry ``e`` an entry of its own, same state.
+
+        Persisted state (a forged or corrupt WriteShareGroupState, or a log truncated below
+        its state) can hold a batch reaching far past the log end; Kafka materialises per-offset
+        state for the whole batch (InFlightBatch.maybeInitializeOffsetStateUpdate), which for
+        billions of offsets takes all the memory. Offsets past the log end hold no records,
+        so only the part before it is split; the rest stays one range."""
+        self._cache[offset] = InFlightBatch(offset, e.last, e.state, e.count, e.member)
+        e.last = offset - 1
 
     def _cut_hole(self, e: InFlightBatch, lo: int, hi: int) -> InFlightBatch:
         """The part [lo, hi] of hole ``e`` as an entry of its own; the rest stays a hole.

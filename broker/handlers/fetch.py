@@ -241,7 +241,7 @@ def _read(plan: _Plan, max_bytes: int, store) -> int:
         pd.high_watermark = pd.last_stable_offset = r.end_offset
         pd.log_start_offset = r.start_offset
         if r.size:
-            pd.records = r.chunks  # whole batches of one segment
+            pd.records = r.chunks  # one segment's slice: the last batch may be cut
             min_one = False
             limit = max(0, limit - r.size)
             total += r.size

@@ -325,8 +325,9 @@ class Log:
              one_segment: bool = False) -> ReadResult:
         """Whole batches from the one holding ``offset`` (KIP-74: at least one if ``min_one``).
 
-        ``headers=False`` leaves ``batches`` empty (``chunks`` hold the batches): Fetch only
-        sends the bytes, and listing every batch would cost more than reading them.
+        ``headers=False`` leaves ``batches`` empty (``chunks`` hold the bytes): Fetch only
+        sends the bytes, and listing every batch would cost more than reading them; as Kafka's
+        file slice, they may end inside a batch (see ``Segment.read``).
         ``one_segment``: stop at the first segment holding a batch at or after ``offset``, as
         Kafka's LocalLog.read does for a Fetch.
         """

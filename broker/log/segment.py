@@ -276,7 +276,7 @@ class Segment:
         self, offset: int, max_bytes: int, min_one: bool, index_interval: int, chunk: int = 0,
         headers: bool = True,
     ) -> tuple[memoryview | None, list[ReadBatch], bool]:
-        """Batches from the one holding ``offset``, whole, within ``max_bytes``.
+        """Batches from the one holding ``offset`` within ``max_bytes`` (whole, with ``headers``).
 
         Returns ``(buffer, batches, reached_end)``: each ``ReadBatch`` carries ``chunk`` and its
         position in the buffer; ``reached_end`` says the segment's last batch was included, so

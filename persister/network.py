@@ -19,8 +19,9 @@ with a remote coordinator behind it) and, like Kafka's ``PersisterStateManager``
   REQUEST_TIMED_OUT (Kafka's disconnected and timed-out client responses), retried the
   same way (KAFKA-19927) and then reported;
 - any other error is the key's answer at once, and so is a response that leaves the key
-  out (UNKNOWN_SERVER_ERROR). A retriable error once ``should_retry()`` says no more (the
-  broker is stopping) is COORDINATOR_NOT_AVAILABLE.
+  out (UNKNOWN_SERVER_ERROR). Once ``should_retry()`` says no more (the broker is stopping),
+  checked after each failure and each wait, every key still to retry is
+  COORDINATOR_NOT_AVAILABLE, without another request.
 
 A retry can reach the coordinator after a later write of the same key. The coordinator takes
 a write's start offset as written, so a retried write carrying its own, older SPSO would move
@@ -247,9 +248,18 @@ class RemoteShareCoordinator:
         rpcs: dict[tuple[UUID, int], int] = {}
         waiting: list[tuple[float, object, object]] = []  # (due, topic, partition), by due
         loop = asyncio.get_running_loop()
+
+        def give_up(keys) -> None:  # should_retry() said no more: the keys still to retry fail now
+            for t, p in keys:
+                done[(t.topic_id, p.partition)] = _error(response_class, p.partition,
+                                                         ErrorCode.COORDINATOR_NOT_AVAILABLE, "Not retried. ")
+
         while todo or waiting:
             if not todo:
                 await asyncio.sleep(max(0.0, waiting[0][0] - loop.time()))
+                if not self.should_retry():  # e.g. the broker began stopping while they waited
+                    give_up((t, p) for _, t, p in waiting)
+                    break
                 now = loop.time()
                 todo = [(t, p) for due, t, p in waiting if due <= now]
                 waiting = [w for w in waiting if w[0] > now]
@@ -290,11 +300,9 @@ class RemoteShareCoordinator:
                     done[tp] = pr if pr is not None else _error(response_class, p.partition, code,
                                                                "Error in state RPC. ")
             todo = []
-            if retry and not self.should_retry():  # e.g. the broker is stopping: fail now
-                for t, p, _ in retry:
-                    done[(t.topic_id, p.partition)] = _error(response_class, p.partition,
-                                                             ErrorCode.COORDINATOR_NOT_AVAILABLE, "Not retried. ")
-                retry = []
+            if retry and not self.should_retry():  # e.g. the broker is stopping: fail now,
+                give_up([*((t, p) for t, p, _ in retry), *((t, p) for _, t, p in waiting)])  # waiting keys too
+                retry, waiting = [], []
             now = loop.time()
             waiting.extend((now + self._backoff_s(n), t, p) for t, p, n in retry)
             waiting.sort(key=lambda w: w[0])

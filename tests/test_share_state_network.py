@@ -320,3 +320,43 @@ async def test_a_retried_write_does_not_move_the_start_offset_back():
     finally:
         await p.close()
         await fake.close()
+
+
+async def test_no_key_is_retried_once_should_retry_says_stop():
+    """Keys of one request wait out their own backoffs. Once ``should_retry()`` says no more
+    (the broker is stopping) for one of them, the others still waiting are not retried either:
+    each is COORDINATOR_NOT_AVAILABLE without another RPC."""
+    fake = await FakeCoordinator(answer=lambda *a: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS).start()
+    # the broker begins stopping once key 0 was sent a second time
+    p = persister_for(fake, should_retry=lambda: len(state_calls(fake, 86)) < 2)
+    waits = iter([0.01, 0.3])  # key 0 comes due first, key 1 later
+    p.service._backoff_s = lambda n: next(waits)
+    try:
+        got = await p.delete_state("g", [(T1, 0), (T1, 1)])
+        assert {tp: code for tp, (code, _) in got.items()} == {
+            (T1, 0): ErrorCode.COORDINATOR_NOT_AVAILABLE, (T1, 1): ErrorCode.COORDINATOR_NOT_AVAILABLE}
+        sent = [sorted(p.partition for t in b.topics for p in t.partitions) for _, b in state_calls(fake, 86)]
+        assert sent == [[0, 1], [0]]  # key 1 is not sent again once key 0 was told to stop
+    finally:
+        await p.close()
+        await fake.close()
+
+
+async def test_a_key_that_waited_is_not_retried_once_should_retry_says_stop():
+    """The broker began stopping while the key waited out its backoff: it is answered
+    COORDINATOR_NOT_AVAILABLE without another RPC."""
+    fake = await FakeCoordinator(answer=lambda *a: ErrorCode.NOT_COORDINATOR).start()
+    stopping = []
+    p = persister_for(fake, should_retry=lambda: not stopping)
+
+    def backoff(n):
+        stopping.append(1)  # the broker begins stopping during the wait
+        return 0.01
+
+    p.service._backoff_s = backoff
+    try:
+        assert (await p.read_state("g", T1, 0, leader_epoch=0)).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
+        assert len(state_calls(fake, 84)) == 1
+    finally:
+        await p.close()
+        await fake.close()

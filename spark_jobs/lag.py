@@ -3,9 +3,9 @@
 KIP-1226 defines ``lag = highest offset - start offset + 1 - delivery-complete count``; with
 the log end offset (the next offset to be written, what ListOffsets answers for "latest") in
 place of the highest offset the +1 goes away. Kafka's group coordinator computes exactly
-``log end offset - start offset - delivery complete count`` for DescribeShareGroupOffsets v1,
-and answers -1 (unknown) when the start offset is still uninitialised (-1) or the
-delivery-complete count was never written (-1: a ShareSnapshot / ShareUpdate without the
+``log end offset - start offset - delivery complete count`` for DescribeShareGroupOffsets v1
+(in Java longs, which wrap: so does this), and answers -1 (unknown) when the start offset is
+still uninitialised (-1) or the delivery-complete count was never written (-1: a ShareSnapshot / ShareUpdate without the
 tagged field, e.g. from a WriteShareGroupState v0).
 """
 
@@ -15,6 +15,8 @@ import bisect
 from collections.abc import Iterable, Mapping
 
 import pandas as pd
+
+from coordinator.group.share_offsets import java_long
 
 __all__ = ["UNKNOWN", "share_partition_lag", "end_offset_at", "lag_table", "lag_totals", "group_history",
            "LAG_COLUMNS"]
@@ -33,7 +35,7 @@ def share_partition_lag(log_end_offset: int | None, start_offset: int | None,
         return None
     if delivery_complete_count is None or delivery_complete_count == UNKNOWN:
         return None
-    return log_end_offset - start_offset - delivery_complete_count
+    return java_long(log_end_offset - start_offset - delivery_complete_count)  # wraps as the broker's
 
 
 def end_offset_at(first_at_or_after: int, log_start: int, log_end: int) -> int | None:
@@ -140,7 +142,7 @@ def group_history(points: Iterable[dict], names_by_id: Mapping[str, str],
                 if lag is not None:
                     total += lag
                     known += 1
-            rows.append({"group": group, "at_ms": t, "lag": total if known else None, "partitions": known})
+            rows.append({"group": group, "at_ms": t, "lag": java_long(total) if known else None, "partitions": known})
     frame = pd.DataFrame(rows, columns=["group", "at_ms", "lag", "partitions"])
     frame["lag"] = _nullable_int(frame["lag"])
     return frame.sort_values(["group", "at_ms"], kind="stable").reset_index(drop=True)

@@ -152,3 +152,17 @@ def test_report_page_has_a_chart_and_tables_per_group_and_nothing_external():
     assert rows[0] == ["Topic", "Partition", "Start offset", "Log end offset", "Delivery complete count", "Lag"]
     assert rows[1:3] == [["orders", "0", "2", "10", "1", "7"], ["orders", "1", "-1", "3", "-1", "-"]]
     assert rows[4] == ["orders", "0", "0", "10", "0", "10"]
+
+
+def test_lag_wraps_as_a_java_long_as_describe_share_group_offsets_does():
+    """A start offset written near the int64 limits (a fuzzed WriteShareGroupState): the
+    broker's lag wraps as Kafka's long subtraction does, and the report's must too (it failed
+    to build its Int64 column)."""
+    assert share_partition_lag(5, -(2**63), 0) == 5 - 2**63
+    latest = latest_rows([("g", "id-a", 0, -(2**63), 0, 0, 1), ("g", "id-a", 1, -(2**63), 0, 0, 1)])
+    table = lag_table(latest, {"id-a": "alpha"}, {("alpha", 0): 5, ("alpha", 1): 5})
+    assert table["lag"].tolist() == [5 - 2**63, 5 - 2**63]
+    points = [{"group_id": "g", "topic_id": "a", "partition": p, "at_ms": 100, "start_offset": -(2**63),
+               "delivery_complete_count": 0} for p in (0, 1)]
+    history = group_history(points, {"a": "A"}, {("A", 0, 100): 5, ("A", 1, 100): 5})
+    assert history["lag"].tolist() == [10]  # (5 - 2**63) * 2 wraps as a long sum

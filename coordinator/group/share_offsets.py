@@ -30,8 +30,12 @@ def share_partition_lag(end_offset: int, start_offset: int, delivery_complete_co
     """KIP-1226 lag, or -1 when the start offset or the delivery-complete count is unknown."""
     if start_offset == UNINITIALIZED_START_OFFSET or delivery_complete_count == UNINITIALIZED_DELIVERY_COMPLETE_COUNT:
         return UNINITIALIZED_LAG
-    lag = end_offset - start_offset - delivery_complete_count
-    return ((lag + _INT64_SPAN // 2) % _INT64_SPAN) - _INT64_SPAN // 2  # Java long arithmetic wraps
+    return java_long(end_offset - start_offset - delivery_complete_count)
+
+
+def java_long(n: int) -> int:
+    """``n`` wrapped into int64, as Java long arithmetic wraps."""
+    return ((n + _INT64_SPAN // 2) % _INT64_SPAN) - _INT64_SPAN // 2
 
 
 def lag_is_computable(summary: SummaryResult | None) -> bool:

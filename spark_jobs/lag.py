@@ -5,8 +5,8 @@ the log end offset (the next offset to be written, what ListOffsets answers for 
 place of the highest offset the +1 goes away. Kafka's group coordinator computes exactly
 ``log end offset - start offset - delivery complete count`` for DescribeShareGroupOffsets v1
 (in Java longs, which wrap: so does this), and answers -1 (unknown) when the start offset is
-still uninitialised (-1) or the delivery-complete count was never written (-1: a ShareSnapshot / ShareUpdate without the
-tagged field, e.g. from a WriteShareGroupState v0).
+still uninitialised (-1) or the delivery-complete count was never written (-1: a
+ShareSnapshot / ShareUpdate without the tagged field, e.g. from a WriteShareGroupState v0).
 """
 
 from __future__ import annotations

@@ -323,7 +323,7 @@ class Log:
 
     def read(self, offset: int, max_bytes: int, *, min_one: bool = True, headers: bool = True,
              one_segment: bool = False) -> ReadResult:
-        """Whole batches from the one holding ``offset`` (KIP-74: at least one if ``min_one``).
+        """Batches from the one holding ``offset`` (KIP-74: at least one if ``min_one``).
 
         ``headers=False`` leaves ``batches`` empty (``chunks`` hold the bytes): Fetch only
         sends the bytes, and listing every batch would cost more than reading them; as Kafka's

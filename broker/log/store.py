@@ -82,7 +82,8 @@ class ReadBatch(NamedTuple):
 
 @dataclass(slots=True)
 class ReadResult:
-    """Raw batches, in offset order, as a list of buffers to be written out without joining."""
+    """Raw batches, in offset order, as a list of buffers to be written out without joining (a
+    Fetch's last one may be cut: ``Log.read`` with ``headers=False``)."""
 
     chunks: list = field(default_factory=list)  # bytes | memoryview, one per segment touched
     size: int = 0

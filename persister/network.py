@@ -14,7 +14,10 @@ with a remote coordinator behind it) and, like Kafka's ``PersisterStateManager``
   first failure, doubling to 30 s, with 20% jitter: Kafka's ExponentialBackoff) and tries
   again, then reports that error. As in Kafka's handler per key, failed lookups and failed
   RPCs are counted apart, at most 5 of each (a lookup that succeeds resets its count), and
-  the wait follows the count that grew;
+  the wait follows the count that grew. A coordinator that a concurrent call forgets while
+  this call's lookup is awaited is looked up again at once, neither a failure nor a wait: as
+  Kafka's handler, which sends FindCoordinator first whenever its node is unknown. Each such
+  round needs another call's failed RPC of the key, so the other calls' limits bound them;
 - a connection that fails is NETWORK_EXCEPTION and a request that times out
   REQUEST_TIMED_OUT (Kafka's disconnected and timed-out client responses), retried the
   same way (KAFKA-19927) and then reported;
@@ -265,6 +268,7 @@ class RemoteShareCoordinator:
                 waiting = [w for w in waiting if w[0] > now]
                 continue
             retry: list[tuple[object, object, int]] = []  # (topic, partition, failures so far)
+            again = []  # forgotten while the lookup was awaited (module docstring): looked up at once
             by_node: dict[Node, list] = {}
             errors = await self._lookup(group, todo)
             for t, p in todo:
@@ -277,8 +281,11 @@ class RemoteShareCoordinator:
                     else:
                         done[tp] = _error(response_class, p.partition, code, "Error in find coordinator. ")
                     continue
+                node = self._coordinators.get(key_string(group, t.topic_id, p.partition))
+                if node is None:
+                    again.append((t, p))
+                    continue
                 finds[tp] = 0
-                node = self._coordinators[key_string(group, t.topic_id, p.partition)]
                 by_node.setdefault(node, []).append((t, p))
             sends = [self._send(api_key, version, request, node, items) for node, items in by_node.items()]
             for items, outcome in zip(by_node.values(), await asyncio.gather(*sends)):
@@ -299,7 +306,7 @@ class RemoteShareCoordinator:
                             continue
                     done[tp] = pr if pr is not None else _error(response_class, p.partition, code,
                                                                "Error in state RPC. ")
-            todo = []
+            todo = again
             if retry and not self.should_retry():  # e.g. the broker is stopping: fail now,
                 give_up([*((t, p) for t, p, _ in retry), *((t, p) for _, t, p in waiting)])  # waiting keys too
                 retry, waiting = [], []

@@ -33,11 +33,13 @@ def _flexible(api_key, version):
 
 class FakeCoordinator:
     """Answers FindCoordinator with ``route(key)`` -> node index (or an error code), and each
-    state RPC partition with ``answer(api_key, group, topic_id, partition)``."""
+    state RPC partition with ``answer(api_key, group, topic_id, partition)``; ``hold(api_key, body)``,
+    if set, is awaited before a request is answered (it holds up the rest of its connection too)."""
 
-    def __init__(self, route=None, answer=None):
+    def __init__(self, route=None, answer=None, hold=None):
         self.route = route or (lambda key: 0)
         self.answer = answer or (lambda api, g, t, p: ErrorCode.NONE)
+        self.hold = hold
         self.servers: list[asyncio.base_events.Server] = []
         self.nodes: list[tuple[str, int]] = []
         self.requests: list[tuple[int, int, int, object]] = []  # (node, api key, version, body)
@@ -64,6 +66,8 @@ class FakeCoordinator:
                 req_mod, req_cls, resp_mod, resp_cls = messages.APIS[api_key]
                 body, _ = messages.load(req_mod, req_cls).decode(frame, version, pos)
                 self.requests.append((node, api_key, version, body))
+                if self.hold is not None:
+                    await self.hold(api_key, body)
                 resp = self._respond(api_key, body, messages.load(resp_mod, resp_cls))
                 head = bytearray(8)
                 struct.pack_into(">i", head, 4, header.correlation_id)
@@ -357,6 +361,46 @@ async def test_a_key_that_waited_is_not_retried_once_should_retry_says_stop():
     try:
         assert (await p.read_state("g", T1, 0, leader_epoch=0)).error_code == ErrorCode.COORDINATOR_NOT_AVAILABLE
         assert len(state_calls(fake, 84)) == 1
+    finally:
+        await p.close()
+        await fake.close()
+
+
+async def test_a_key_forgotten_during_a_lookup_is_looked_up_again():
+    """A call whose lookup is under way for key 1 (key 0 cached) while a concurrent call gets
+    NOT_COORDINATOR for key 0, which forgets key 0's coordinator: key 0 is looked up again at
+    once, as Kafka's handler sends FindCoordinator first when its coordinator node is unknown,
+    instead of failing the whole call with a KeyError."""
+    k0, k1 = key_string("g", T1, 0), key_string("g", T1, 1)
+    release = asyncio.Event()
+
+    async def hold(api, body):
+        if api == 10 and k1 in body.coordinator_keys:
+            await release.wait()
+
+    reads = []
+
+    def answer(api, g, t, p):
+        if api == 84:
+            reads.append(p)
+            return ErrorCode.NOT_COORDINATOR if len(reads) == 1 else ErrorCode.NONE
+        return ErrorCode.NONE
+
+    fake = await FakeCoordinator(route=lambda key: 1, answer=answer, hold=hold).start(2)  # lookups on node 0
+    p = persister_for(fake)
+    try:
+        await p.read_summary("g", [(T1, 0)])  # caches key 0's coordinator
+        both = asyncio.ensure_future(p.delete_state("g", [(T1, 0), (T1, 1)]))  # looks up key 1: held
+        one = asyncio.ensure_future(p.read_state("g", T1, 0, leader_epoch=0))  # NOT_COORDINATOR: forgets key 0
+        while k0 in p.service._coordinators:
+            await asyncio.sleep(0.001)
+        assert not both.done()
+        release.set()
+        got = await both
+        assert {tp: code for tp, (code, _) in got.items()} == {(T1, 0): 0, (T1, 1): 0}
+        assert (await one).error_code == 0
+        deleted = sorted((n, p.partition) for n, b in state_calls(fake, 86) for t in b.topics for p in t.partitions)
+        assert deleted == [(1, 0), (1, 1)]  # each key sent once, to its coordinator
     finally:
         await p.close()
         await fake.close()

@@ -201,12 +201,20 @@ def _broker_config_type(name: str) -> int | None:
     return None if d is None else d.type
 
 
-def check_node_id(broker: Broker, name: str, *, word: str = "Node") -> None:
-    try:
-        node = int(name)
-    except ValueError:
-        raise KafkaError(ErrorCode.INVALID_REQUEST, f"{word} id must be an integer, but it is: {name}") from None
-    if node != broker.node_id:
+_JAVA_INT = re.compile(r"[+-]?\d+")
+
+
+def java_parse_int(name: str, word: str) -> int:
+    """``Integer.parseInt`` as Kafka reads a broker id: a sign and digits within int32, nothing
+    else (Python's ``int`` would also take spaces and '_'); INVALID_REQUEST otherwise."""
+    if _JAVA_INT.fullmatch(name) and -(1 << 31) <= int(name) < 1 << 31:
+        return int(name)
+    raise KafkaError(ErrorCode.INVALID_REQUEST, f"{word} id must be an integer, but it is: {name}")
+
+
+def check_node_id(broker: Broker, name: str) -> None:
+    """ConfigAdminManager.validateResourceNameIsCurrentNodeId (Alter*Configs on BROKER)."""
+    if java_parse_int(name, "Node") != broker.node_id:
         raise KafkaError(ErrorCode.INVALID_REQUEST,
                          f"Unexpected broker id, expected {broker.node_id}, but received {name}")
 
@@ -222,12 +230,7 @@ class BrokerConfigProvider:
     def describe(self, broker: Broker, name: str, keys: list[str] | None) -> list[ConfigEntry]:
         cfg = broker.config
         if name:
-            try:
-                node = int(name)
-            except ValueError:
-                raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                 f"Broker id must be an integer, but it is: {name}") from None
-            if node != broker.node_id:
+            if java_parse_int(name, "Broker") != broker.node_id:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unexpected broker id, expected {broker.node_id} "
                                  f"or empty string, but received {name}")
             listed = {n for n, d in DEFS.items() if not d.internal}
@@ -325,8 +328,8 @@ class BrokerConfigProvider:
         current = cfg.dynamic_default if not name else cfg.dynamic
         for op in ops:
             if op.op in (APPEND, SUBTRACT):
-                if op.name not in DEFS:
-                    raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown config name: {op.name}")
+                if op.name not in DEFS:  # prepareIncrementalConfigs' configKeys(name) throws NoSuchElementException
+                    raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, None)
                 if DEFS[op.name].type != LIST:
                     verb = "append" if op.op == APPEND else "subtract"
                     raise KafkaError(ErrorCode.INVALID_CONFIG,
@@ -342,6 +345,8 @@ class BrokerConfigProvider:
 _TO_PY = {"TRACE": 5, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
           "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
 VALID_LOG_LEVELS = ("FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE")
+# RuntimeLoggerManager lists them sorted by name (LogLevelConfig.VALID_LOG_LEVELS is a HashSet)
+VALID_LOG_LEVELS_STRING = ", ".join(sorted(VALID_LOG_LEVELS))
 ROOT_LOGGER = "root"
 
 
@@ -363,20 +368,14 @@ def current_loggers() -> dict[str, str]:
 class BrokerLoggerProvider:
     """Log levels of this broker's loggers; changes are not persisted (as in Kafka)."""
 
-    @staticmethod
-    def _check_node(broker: Broker, name: str) -> None:
+    def describe(self, broker: Broker, name: str, keys: list[str] | None) -> list[ConfigEntry]:
+        """Names checked as ConfigHelper.describeConfigs checks them (its own wording, which
+        differs from the alter side's)."""
         if not name:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker id must not be empty")
-        try:
-            node = int(name)
-        except ValueError:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Node id must be an integer, but it is: {name}") from None
-        if node != broker.node_id:
+        if java_parse_int(name, "Broker") != broker.node_id:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
-                             f"Unexpected node id. Expected {broker.node_id}, but received {name}")
-
-    def describe(self, broker: Broker, name: str, keys: list[str] | None) -> list[ConfigEntry]:
-        self._check_node(broker, name)
+                             f"Unexpected broker id, expected {broker.node_id} but received {name}")
         loggers = current_loggers()
         names = [k for k in loggers if not keys or k in keys]
         return [ConfigEntry(n, loggers[n], DYNAMIC_BROKER_LOGGER_CONFIG) for n in names]
@@ -385,7 +384,10 @@ class BrokerLoggerProvider:
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown resource type {BROKER_LOGGER}")
 
     def incremental_alter(self, broker: Broker, name: str, ops: list[AlterOp], validate_only: bool) -> None:
-        self._check_node(broker, name)
+        # RuntimeLoggerManager.validateResourceNameIsNodeId: an empty name is just not an integer
+        if java_parse_int(name, "Node") != broker.node_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"Unexpected node id. Expected {broker.node_id}, but received {name}")
         loggers = current_loggers()
         for op in ops:
             if op.op in (SET, DELETE) and op.name not in loggers:
@@ -393,7 +395,7 @@ class BrokerLoggerProvider:
             if op.op == SET and op.value not in VALID_LOG_LEVELS:
                 raise KafkaError(ErrorCode.INVALID_CONFIG,
                                  f"Cannot set the log level of {op.name} to {op.value} as it is not a supported "
-                                 f"log level. Valid log levels are {', '.join(VALID_LOG_LEVELS)}")
+                                 f"log level. Valid log levels are {VALID_LOG_LEVELS_STRING}")
             if op.op == DELETE and op.name == ROOT_LOGGER:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  f"Removing the log level of the {ROOT_LOGGER} logger is not allowed")

@@ -483,6 +483,10 @@ def test_describe_configs_errors_and_flags(client, topic_name, node_id):
         (4, "one", None),
         (16, "subscription", None),
         (8, "", None),
+        (8, str(node_id + 1), None),
+        (8, "one", None),
+        (4, f" {node_id}", None),
+        (8, f"{node_id}_0", None),
         synonyms=True, docs=True,
     )
     topic_result = results[0]
@@ -500,6 +504,12 @@ def test_describe_configs_errors_and_flags(client, topic_name, node_id):
         (42, "Broker id must be an integer, but it is: one"),
         (42, "Unsupported resource type: CLIENT_METRICS"),
         (42, "Broker id must not be empty"),
+        # ConfigHelper.describeConfigs' own wording for BROKER_LOGGER (not RuntimeLoggerManager's)
+        (42, f"Unexpected broker id, expected {node_id} but received {node_id + 1}"),
+        (42, "Broker id must be an integer, but it is: one"),
+        # resourceNameToBrokerId is Integer.parseInt: no spaces, no '_'
+        (42, f"Broker id must be an integer, but it is:  {node_id}"),
+        (42, f"Broker id must be an integer, but it is: {node_id}_0"),
     ]
 
     (plain,) = describe_configs(client, (2, topic_name, ["retention.ms"]), version=1)
@@ -551,6 +561,11 @@ def test_incremental_alter_broker_config_errors(client, node_id):
     assert alter(str(node_id + 1), ("log.retention.ms", 0, "1")) == (
         42, f"Unexpected broker id, expected {node_id}, but received {node_id + 1}")
     assert alter(me, ("log.retention.ms", 9, "1")) == (42, "Unknown operations type 9")
+    assert alter(f"{node_id} ", ("log.retention.ms", 0, "1")) == (
+        42, f"Node id must be an integer, but it is: {node_id} ")
+    # prepareIncrementalConfigs looks the name up in a Scala map: NoSuchElementException, no message
+    assert alter(me, ("no.such.config", 2, "a")) == (-1, None)
+    assert alter(me, ("no.such.config", 3, "a")) == (-1, None)
     assert alter(me, ("log.retention.ms", 0, None)) == (42, "Null value not supported for : log.retention.ms")
     (entry,) = describe_configs(client, (4, me, ["log.retention.ms"]))[0].configs
     assert entry.value is None and entry.config_source == 5
@@ -559,9 +574,9 @@ def test_incremental_alter_broker_config_errors(client, node_id):
 def test_broker_logger_levels(client, node_id):
     me = str(node_id)
 
-    def alter(*ops):
+    def alter(*ops, name=me):
         resp = client.request(INCREMENTAL_ALTER_CONFIGS, 1, IncrementalAlterConfigsRequest(
-            resources=[IAlterResource(8, me, [IAlterable(n, op, v) for n, op, v in ops])]))
+            resources=[IAlterResource(8, name, [IAlterable(n, op, v) for n, op, v in ops])]))
         return resp.responses[0].error_code, resp.responses[0].error_message
 
     def level(name):
@@ -575,7 +590,13 @@ def test_broker_logger_levels(client, node_id):
     assert level("kshare.configs") == (level("root")[0], 6)
     assert alter(("kshare.configs", 0, "LOUD")) == (
         40, "Cannot set the log level of kshare.configs to LOUD as it is not a supported log level. Valid log "
-            "levels are FATAL, ERROR, WARN, INFO, DEBUG, TRACE")
+            "levels are DEBUG, ERROR, FATAL, INFO, TRACE, WARN")  # RuntimeLoggerManager sorts them
+    # RuntimeLoggerManager.validateResourceNameIsNodeId: Integer.parseInt, so "" is not an integer
+    assert alter(("root", 0, "INFO"), name="") == (42, "Node id must be an integer, but it is: ")
+    assert alter(("root", 0, "INFO"), name=f"+{node_id}_0") == (
+        42, f"Node id must be an integer, but it is: +{node_id}_0")
+    assert alter(("root", 0, "INFO"), name=str(node_id + 1)) == (
+        42, f"Unexpected node id. Expected {node_id}, but received {node_id + 1}")
     assert alter(("no.such.logger", 0, "INFO")) == (40, "Logger no.such.logger does not exist!")
     assert alter(("root", 1, None)) == (42, "Removing the log level of the root logger is not allowed")
     assert alter(("root", 2, "INFO")) == (42, "APPEND operation is not allowed for the BROKER_LOGGER resource")

@@ -254,9 +254,9 @@ class BrokerConfigProvider:
         layers = broker_layers(cfg, name)
         if per_broker:
             value = layers[0][1] if layers else None
-        else:
+        else:  # currentDynamicDefaultConfigs holds the strings as sent: shown unparsed
             value = cfg.dynamic_default.get(name)
-        if value is not None and d is not None:
+        if value is not None and d is not None and per_broker:
             try:
                 value = render(d.type, parse_typed(name, d.type, value))
             except ConfigError:

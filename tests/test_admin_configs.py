@@ -248,3 +248,24 @@ def test_broker_properties_kshare_does_not_define_are_described_as_sensitive(bro
             4, node, ["listener.name.plaintext.max.connections", "sasl.jaas.config"])], include_synonyms=True))
     assert {e.name: e.config_type for e in resp.results[0].configs} == {
         "listener.name.plaintext.max.connections": 3, "sasl.jaas.config": 0}  # INT; UNKNOWN
+
+
+@pytest.mark.needs_private_broker
+def test_cluster_default_broker_configs_are_described_as_stored(broker_factory):
+    """ConfigHelper.describeConfigs describes BROKER "" from currentDynamicDefaultConfigs, a map of
+    the strings as sent (createBrokerConfigEntry passes a String value through), while this
+    broker's own resource shows KafkaConfig's parsed value."""
+    b = broker_factory()
+    admin = _admin(b.bootstrap)
+    node = str(admin.describe_cluster().result(timeout=TIMEOUT).controller.id)
+    with RawClient(b.bootstrap) as c:
+        (done,) = c.request(44, 1, IncrementalAlterConfigsRequest(resources=[IAlterResource(
+            4, "", [IAlterable("log.retention.ms", 0, " 0100")])])).responses
+        assert done.error_code == 0
+        resp = c.request(32, 4, DescribeConfigsRequest(resources=[
+            DescribeConfigsResource(4, "", ["log.retention.ms"]),
+            DescribeConfigsResource(4, node, ["log.retention.ms"])], include_synonyms=True))
+    default, own = ([(e.value, e.config_source, [(s.value, s.source) for s in e.synonyms]) for e in r.configs]
+                    for r in resp.results)
+    assert default == [(" 0100", 3, [(" 0100", 3)])]
+    assert own == [("100", 3, [(" 0100", 3), ("168", 5)])]

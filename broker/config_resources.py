@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol
 
+from coordinator.group.broker_defaults import java_integer
 from protocol.errors import ErrorCode, KafkaError
 
 from .config import DEFS, LIST, PASSWORD, ConfigError, java_split
@@ -201,15 +202,12 @@ def _broker_config_type(name: str) -> int | None:
     return None if d is None else d.type
 
 
-_JAVA_INT = re.compile(r"[+-]?\d+")
-
-
 def java_parse_int(name: str, word: str) -> int:
-    """``Integer.parseInt`` as Kafka reads a broker id: a sign and digits within int32, nothing
-    else (Python's ``int`` would also take spaces and '_'); INVALID_REQUEST otherwise."""
-    if _JAVA_INT.fullmatch(name) and -(1 << 31) <= int(name) < 1 << 31:
-        return int(name)
-    raise KafkaError(ErrorCode.INVALID_REQUEST, f"{word} id must be an integer, but it is: {name}")
+    """``Integer.parseInt`` as Kafka reads a broker id (``java_integer``); INVALID_REQUEST otherwise."""
+    node = java_integer(name)
+    if node is None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"{word} id must be an integer, but it is: {name}")
+    return node
 
 
 def check_node_id(broker: Broker, name: str) -> None:

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import argparse
 import errno
-import re
 import sys
 import time
 from typing import TextIO
 
-from coordinator.group.broker_defaults import java_trim
+from coordinator.group.broker_defaults import java_integer, java_trim
 from protocol.errors import ErrorCode, KafkaError
 
 from ..config import java_split
@@ -154,13 +153,6 @@ def jopt_args(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
         else:
             out.append(word if eq else option)
     return out
-
-
-def java_integer(text: str, bits: int) -> int | None:
-    """``Integer.parseInt`` (32 bits) / ``Long.parseLong`` (64): a sign and decimal digits, in
-    range; None where Java throws NumberFormatException (spaces, underscores, overflow)."""
-    value = int(text) if re.fullmatch(r"[+-]?\d+", text) else None
-    return value if value is not None and -2 ** (bits - 1) <= value < 2 ** (bits - 1) else None
 
 
 def values_given(words: list[str]) -> dict[str, list[str]]:

@@ -93,12 +93,21 @@ GROUP_BROKER_CONFIGS: tuple[BrokerConfigDef, ...] = (
 BROKER_CONFIG_DEFS: dict[str, BrokerConfigDef] = {d.name: d for d in GROUP_BROKER_CONFIGS}
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
+_JAVA_DIGITS = re.compile(r"[+-]?\d+")
 _JAVA_WHITESPACE = "".join(chr(c) for c in range(33))
 
 
 def java_trim(text: str) -> str:
     """``String.trim()``: strips every code point <= U+0020, as Kafka's ConfigDef does."""
     return text.strip(_JAVA_WHITESPACE)
+
+
+def java_integer(text: str, bits: int = 32) -> int | None:
+    """``Integer.parseInt`` (32 bits) / ``Long.parseLong`` (64): a sign and decimal digits (any
+    Unicode digit, as Character.digit), in range; None where Java throws NumberFormatException
+    (spaces, underscores, overflow)."""
+    value = int(text) if _JAVA_DIGITS.fullmatch(text) else None
+    return value if value is not None and -2 ** (bits - 1) <= value < 2 ** (bits - 1) else None
 
 
 def parse_int32(text: str) -> int:

@@ -9,10 +9,10 @@ look for state in the wrong partition.
 
 from __future__ import annotations
 
-import re
 from functools import lru_cache
 from uuid import UUID
 
+from coordinator.group.broker_defaults import java_integer, java_trim
 from protocol.uuids import uuid_from_str, uuid_to_str
 
 __all__ = ["STATE_TOPIC_NUM_PARTITIONS_CONFIG", "STATE_TOPIC_NUM_PARTITIONS_DEFAULT",
@@ -22,8 +22,6 @@ STATE_TOPIC_NUM_PARTITIONS_CONFIG = "share.coordinator.state.topic.num.partition
 STATE_TOPIC_NUM_PARTITIONS_DEFAULT = 50
 
 _INT_MIN = -(1 << 31)
-_JAVA_TRIMMED = "".join(map(chr, range(0x21)))  # String.trim() drops every char up to U+0020
-_JAVA_INT = re.compile(r"[+-]?\d+")  # Integer.parseInt: Character.digit accepts any Unicode digit
 
 
 def key_string(group_id: str, topic_id: UUID, partition: int) -> str:
@@ -42,10 +40,8 @@ def parse_key_string(key: str) -> tuple[str, UUID, int]:
     if len(tokens) < 3:
         raise ValueError(f"invalid share coordinator key {key!r}")
     group_id, topic, partition = ":".join(tokens[:-2]), tokens[-2], tokens[-1]
-    if not group_id.strip(_JAVA_TRIMMED) or not _JAVA_INT.fullmatch(partition):
-        raise ValueError(f"invalid share coordinator key {key!r}")
-    number = int(partition)
-    if not _INT_MIN <= number < -_INT_MIN:
+    number = java_integer(partition)
+    if not java_trim(group_id) or number is None:
         raise ValueError(f"invalid share coordinator key {key!r}")
     return group_id, uuid_from_str(topic), number
 

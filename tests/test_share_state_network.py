@@ -21,6 +21,7 @@ from protocol.messages.find_coordinator_response import (
     FindCoordinatorResponse,
 )
 from protocol.messages.request_header import RequestHeader
+from tests.test_server_memory import until
 
 T1 = uuid.UUID(int=0x77)
 _SIZE = struct.Struct(">i")
@@ -392,8 +393,7 @@ async def test_a_key_forgotten_during_a_lookup_is_looked_up_again():
         await p.read_summary("g", [(T1, 0)])  # caches key 0's coordinator
         both = asyncio.ensure_future(p.delete_state("g", [(T1, 0), (T1, 1)]))  # looks up key 1: held
         one = asyncio.ensure_future(p.read_state("g", T1, 0, leader_epoch=0))  # NOT_COORDINATOR: forgets key 0
-        while k0 in p.service._coordinators:
-            await asyncio.sleep(0.001)
+        await until(lambda: k0 not in p.service._coordinators, "forgotten by the concurrent read")
         assert not both.done()
         release.set()
         got = await both

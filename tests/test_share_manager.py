@@ -397,18 +397,24 @@ async def test_a_parked_fetch_whose_client_left_hands_its_wake_up_on(tmp_path):
         assert (await asyncio.wait_for(stays, 5))[(topic_id, 0)].acquired == [(0, 0, 1)]
 
 
+async def _two_records_held_by_m1(b):
+    """Topic "t" with records 0 and 1, both acquired by member m1 of group "g"; returns
+    (manager, topic id, its partition 0, the share partition)."""
+    manager = b.share_manager
+    topic_id = b.topics.create("t", 1).topic_id
+    tp = (topic_id, 0)
+    sp = await share_partition(b, "g", topic_id, 0, "t")
+    await produce(b, "t", [b"a", b"b"])
+    assert (await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0)))[tp].acquired == [(0, 1, 1)]
+    return manager, topic_id, tp, sp
+
+
 async def test_a_write_fenced_by_a_newer_state_epoch_drops_the_share_partition_until_the_next_fetch(tmp_path):
     """Kafka's fencedSharePartitionHandler: after a fenced write the cached share partition is
     stale, so it is dropped and the next fetch reads the state again. Kept, every later write
     carried the old state epoch and was fenced too, until a restart."""
     async with running_broker(tmp_path) as b:
-        manager = b.share_manager
-        topic_id = b.topics.create("t", 1).topic_id
-        tp = (topic_id, 0)
-        sp = await share_partition(b, "g", topic_id, 0, "t")
-        await produce(b, "t", [b"a", b"b"])
-        held = await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0))
-        assert held[tp].acquired == [(0, 1, 1)]
+        manager, topic_id, tp, sp = await _two_records_held_by_m1(b)
         # Someone else (here: the test) initialises the state again, with a newer state epoch.
         code, _ = await manager.persister.initialize_state("g", topic_id, 0, state_epoch=sp.state_epoch + 1,
                                                            start_offset=0)
@@ -428,12 +434,7 @@ async def test_a_fetch_parked_on_a_share_partition_fenced_by_a_write_waits_on_wi
     is not answered an error but waits out its MaxWaitMs and leaves it out. Its next fetch
     reads the state again."""
     async with running_broker(tmp_path) as b:
-        manager = b.share_manager
-        topic_id = b.topics.create("t", 1).topic_id
-        tp = (topic_id, 0)
-        sp = await share_partition(b, "g", topic_id, 0, "t")
-        await produce(b, "t", [b"a", b"b"])
-        assert (await manager.fetch("g", "m1", [(topic_id, 0, "t")], params(0)))[tp].acquired == [(0, 1, 1)]
+        manager, topic_id, tp, sp = await _two_records_held_by_m1(b)
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         parked = asyncio.ensure_future(manager.fetch("g", "m2", [(topic_id, 0, "t")], params(1_000)))

@@ -107,7 +107,7 @@ async def serve(config: BrokerConfig, metrics: tuple[str, int] | None = None) ->
         raise StartupError(f"cannot write to the data directory {config.data_dir}: {e}") from None
     except OSError as e:
         await broker.stop()
-        where = config["listeners"][0]
+        where = config.served_listener()
         if metrics is not None and broker.metrics_bound is None:
             where = f"metrics port {metrics[0]}:{metrics[1]}"
         raise StartupError(f"cannot listen on {where}: {e.strerror or e}") from None

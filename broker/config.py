@@ -467,7 +467,7 @@ class BrokerConfig:
             return list(dict.fromkeys(u.partition("://")[0].strip().upper() for u in uris))
 
         listeners = names(self["listeners"])
-        controller = {n.strip().upper() for n in (self.static.get("controller.listener.names") or "").split(",")}
+        controller = self._controller_listener_names()
         advertised = [n for n in names(self["advertised.listeners"] or self["listeners"]) if n not in controller]
         by_name = self.static.get("inter.broker.listener.name")
         by_protocol = self.static.get("security.inter.broker.protocol")
@@ -621,16 +621,26 @@ class BrokerConfig:
             dirs = DEFS["log.dirs"].parse(dirs)
         return Path(dirs[0])
 
+    def _controller_listener_names(self) -> set[str]:
+        return {n.strip().upper() for n in (self.static.get("controller.listener.names") or "").split(",")}
+
+    def served_listener(self) -> str:
+        """The one listener kshare opens: the first of ``listeners`` that is not a controller
+        listener, as clients of a Kafka broker use only broker listeners (the first entry if all
+        are controller ones, which check_listener_names then refuses with Kafka's message)."""
+        controller = self._controller_listener_names()
+        return next((u for u in self["listeners"] if _listener_name(u) not in controller), self["listeners"][0])
+
     def listener_address(self) -> tuple[str, int]:
-        """(host, port) of the first listener."""
-        return parse_listener(self["listeners"][0])
+        """(host, port) of the served listener."""
+        return parse_listener(self.served_listener())
 
     def listener_security_protocol(self) -> str:
-        """The first listener's security protocol, from ``listener.security.protocol.map`` (or
+        """The served listener's security protocol, from ``listener.security.protocol.map`` (or
         Kafka's default map, where each protocol name maps to itself), or ConfigError. kshare has
         no TLS or SASL, so a listener Kafka would secure is refused rather than served in plain
         text without authentication."""
-        name = self["listeners"][0].partition("://")[0].strip().upper()
+        name = _listener_name(self.served_listener())
         raw = self.static.get("listener.security.protocol.map") or DEFAULT_SECURITY_PROTOCOL_MAP
         protocols = {}
         for item in raw.split(","):
@@ -647,7 +657,7 @@ class BrokerConfig:
 
     def listener_config_name(self, name: str) -> str:
         """``listener.name.<listener>.<name>`` for the one listener (Kafka's configPrefix)."""
-        return f"listener.name.{self['listeners'][0].partition('://')[0].lower()}.{name}"
+        return f"listener.name.{_listener_name(self.served_listener()).lower()}.{name}"
 
     def listener_max_connections(self) -> int:
         """The listener's ``max.connections``, else the broker's: Kafka reads a listener's
@@ -656,14 +666,20 @@ class BrokerConfig:
         return self["max.connections"] if raw is None else DEFS["max.connections"].parse(raw)
 
     def advertised_address(self) -> tuple[str, int]:
-        """(host, port) clients are sent to: ``advertised.listeners``, else ``listeners``. As
-        Kafka's KafkaConfig, 0.0.0.0 is refused there: no client can connect to it."""
-        adv = self["advertised.listeners"]
-        host, port = parse_listener(adv[0]) if adv else self.listener_address()
-        if host == "0.0.0.0":
+        """(host, port) clients are sent to: the entry of ``advertised.listeners`` (else
+        ``listeners``) named like the served listener, as Kafka's Metadata answers with the
+        endpoint of the listener a request came in on (the served listener's own address if
+        none is). As KafkaConfig.validateValues, 0.0.0.0 in any broker entry is refused: no client
+        can connect to it."""
+        controller = self._controller_listener_names()
+        effective = [u for u in self["advertised.listeners"] or self["listeners"]
+                     if _listener_name(u) not in controller]  # effectiveAdvertisedBrokerListeners
+        endpoints = [(_listener_name(u), parse_listener(u)) for u in effective]
+        if any(host == "0.0.0.0" for _, (host, _port) in endpoints):
             raise ConfigError("requirement failed: advertised.listeners cannot use the nonroutable meta-address "
                               "0.0.0.0. Use a routable IP address.")
-        return host, port
+        served = _listener_name(self.served_listener())
+        return next((address for name, address in endpoints if name == served), self.listener_address())
 
 
 def _require(condition: bool, message: str) -> None:
@@ -701,6 +717,11 @@ def check_broker_values(values: Mapping[str, Any]) -> None:
 
 # Kafka's listener.security.protocol.map default (SocketServerConfigs).
 DEFAULT_SECURITY_PROTOCOL_MAP = "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
+
+
+def _listener_name(uri: str) -> str:
+    """``name://host:port`` -> NAME, normalised as Kafka's ListenerName.normalised."""
+    return uri.partition("://")[0].strip().upper()
 
 
 def parse_listener(uri: str) -> tuple[str, int]:

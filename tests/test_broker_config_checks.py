@@ -136,3 +136,28 @@ def test_listener_names_kafka_accepts():
     BrokerConfig({"listeners": "CLIENT://127.0.0.1:9092", "listener.security.protocol.map": "CLIENT:PLAINTEXT",
                   "inter.broker.listener.name": "client"})
     BrokerConfig({"advertised.listeners": "plaintext://h:1"})
+
+
+def test_the_served_listener_is_the_first_broker_listener():
+    """Kafka serves clients on its broker listeners only: a controller listener listed first (a
+    combined-mode server.properties) is neither opened nor advertised (effectiveAdvertisedBrokerListeners)."""
+    cfg = BrokerConfig({"listeners": "CONTROLLER://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092",
+                        "controller.listener.names": "CONTROLLER", "process.roles": "broker,controller",
+                        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                        "listener.name.plaintext.max.connections": "7"})
+    assert cfg.listener_address() == cfg.advertised_address() == ("127.0.0.1", 9092)
+    assert cfg.listener_max_connections() == 7
+
+
+def test_the_advertised_address_is_the_served_listeners():
+    """Metadata names the endpoint advertised for the listener a request came in on, not the
+    first advertised one; 0.0.0.0 is refused in every broker entry (KafkaConfig.validateValues)."""
+    props = {"listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.1:9093",
+             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT",
+             "inter.broker.listener.name": "INTERNAL"}
+    cfg = BrokerConfig({**props, "advertised.listeners": "INTERNAL://internal-host:9093,PLAINTEXT://public:9092"})
+    assert cfg.advertised_address() == ("public", 9092)
+    assert BrokerConfig({**props, "advertised.listeners": "INTERNAL://internal-host:9093"}).advertised_address() \
+        == ("127.0.0.1", 9092)
+    with pytest.raises(ConfigError, match="cannot use the nonroutable meta-address 0.0.0.0"):
+        BrokerConfig({**props, "listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://0.0.0.0:9093"})

@@ -58,7 +58,8 @@ def load_or_create(data_dir: str, node_id: int) -> MetaProperties:
         if stored != node_id:
             raise ConfigError(
                 f"Stored node id {stored} doesn't match previous node id {node_id} in {path}. "
-                "If you moved your data, make sure your configured node id matches."
+                "If you moved your data, make sure your configured node id matches. If you intend to create a new "
+                "node, you should remove all data in your data directories."
             )
         return MetaProperties(stored, cluster_id, props.get("directory.id", ""))
     if os.path.exists(os.path.join(data_dir, REGISTRY_FILE)):  # not a first start: the identity was lost

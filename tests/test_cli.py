@@ -322,8 +322,10 @@ def test_mismatching_node_id_refuses_to_start(broker_factory):
     meta = (b.data_dir / "meta.properties").read_text()
     r = cli("--port", "0", "--data-dir", str(b.data_dir), "--override", "node.id=2")
     assert r.returncode == 2
-    assert "Stored node id 1 doesn't match previous node id 2" in r.stderr
-    assert "meta.properties" in r.stderr
+    # MetaPropertiesEnsemble.verify's message, word for word
+    assert (f"Stored node id 1 doesn't match previous node id 2 in {b.data_dir / 'meta.properties'}. If you moved "
+            "your data, make sure your configured node id matches. If you intend to create a new node, you should "
+            "remove all data in your data directories.") in r.stderr
     assert "Traceback" not in r.stderr
     assert (b.data_dir / "meta.properties").read_text() == meta  # untouched
     b.start()  # the right id still starts

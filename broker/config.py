@@ -26,6 +26,12 @@ class ConfigError(ValueError):
     """A property value that does not parse or is out of range (Kafka's ConfigException)."""
 
 
+def why_unparsable(e: Exception) -> str:
+    """Why one of kshare's metadata files did not parse, short enough for the one line the
+    broker stops with (the repr of a UnicodeDecodeError carries the whole file)."""
+    return f"{type(e).__name__}: {e}"
+
+
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
@@ -580,10 +586,15 @@ class BrokerConfig:
             return
         import json
 
-        data = json.loads(path.read_text())
+        try:  # the file stands for Kafka's metadata log: damaged, the broker refuses to start
+            data = json.loads(path.read_bytes())
+            layers = {key: dict(data.get(key, {})) for key in ("broker", "cluster_default")}
+        except (ValueError, TypeError, AttributeError) as e:
+            raise ConfigError(f"{path} is damaged ({why_unparsable(e)}); restore it from a backup, or remove it "
+                              "to reset the dynamic broker configs") from None
         for layer, key in (("dynamic", "broker"), ("dynamic_default", "cluster_default")):
             kept = {}
-            for name, value in data.get(key, {}).items():
+            for name, value in layers[key].items():
                 d = DEFS.get(name)
                 if d is not None and not d.dynamic:
                     logging.getLogger("kshare.config").warning(

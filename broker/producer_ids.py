@@ -13,6 +13,7 @@ import json
 import logging
 import os
 
+from .config import ConfigError, why_unparsable
 from .log.checkpoint import fsync_dir, write_atomically
 
 log = logging.getLogger("kshare.producer_ids")
@@ -41,8 +42,10 @@ class ProducerIdAllocator:
         except FileNotFoundError:
             return 0
         except (ValueError, KeyError, TypeError) as e:
-            # Never guess low: a lost value could hand out ids already in use.
-            raise RuntimeError(f"{self.path} is unreadable ({e}); refusing to reuse producer ids") from e
+            # Never guess low: a lost value could hand out ids already in use. A ConfigError, as
+            # for the topic registry: the broker refuses to start with this one line.
+            raise ConfigError(f"{self.path} is damaged ({why_unparsable(e)}); restore it from a backup rather "
+                              "than reuse producer ids") from None
 
     def next_id(self) -> int:
         """A producer id never returned before by this data directory."""

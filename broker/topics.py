@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 from protocol.errors import ErrorCode, KafkaError
 from protocol.uuids import random_uuid, uuid_from_str, uuid_to_str
 
-from .config import ConfigError
+from .config import ConfigError, why_unparsable
 from .log import LogConfig, LogStore
 from .log.checkpoint import write_durably
 
@@ -117,7 +117,7 @@ class TopicRegistry:
                 for name, t in data.get("topics", {}).items():
                     self._put(Topic(name, uuid_from_str(t["id"]), int(t["partitions"]), dict(t.get("configs", {}))))
             except (ValueError, KeyError, TypeError, AttributeError) as e:
-                raise ConfigError(f"{self._path} is damaged ({e!r}); restore it from a backup") from None
+                raise ConfigError(f"{self._path} is damaged ({why_unparsable(e)}); restore it from a backup") from None
         elif any(True for _ in self.store.partitions()):
             raise ConfigError(f"{self._path} is missing but {self.data_dir} holds partition directories; restore "
                               "it from a backup, or move them away to start empty")

@@ -366,22 +366,25 @@ def test_lost_meta_properties_refuses_to_start(broker_factory):
     assert not (b.data_dir / "meta.properties").exists()
 
 
-@pytest.mark.parametrize("name, message", [
-    ("kshare-topics.json", "kshare-topics.json is damaged"),
-    ("kshare-group-configs.json", "kshare-group-configs.json is damaged"),
+@pytest.mark.parametrize("damage", [b"{", b'{"version": 1}' + bytes(range(128, 256)) * 400],
+                         ids=["cut", "binary-tail"])
+@pytest.mark.parametrize("name", [
+    "kshare-topics.json", "kshare-group-configs.json", "kshare-producer-ids.json", "kshare-dynamic-broker-configs.json",
 ])
-def test_damaged_registry_files_refuse_to_start(broker_factory, name, message):
+def test_damaged_registry_files_refuse_to_start(broker_factory, name, damage):
     """kshare's own metadata files (Kafka keeps these in its metadata log) that do not parse stop
-    the start with exit 2 and the file's name, and are left for the operator to restore."""
+    the start with exit 2 and one short line naming the file (not the file's bytes), and are left
+    for the operator to restore."""
     b = broker_factory()
     set_group_configs(b.bootstrap, "g", {"share.auto.offset.reset": "earliest"})
     assert b.stop() == 0
-    (b.data_dir / name).write_text("{")
+    (b.data_dir / name).write_bytes(damage)
     r = cli("--port", "0", "--data-dir", str(b.data_dir))
     assert r.returncode == 2
-    assert message in r.stderr and "restore it from a backup" in r.stderr
+    assert f"{name} is damaged" in r.stderr and "restore it from a backup" in r.stderr
     assert "Traceback" not in r.stderr
-    assert (b.data_dir / name).read_text() == "{"
+    assert len(r.stderr.splitlines()) == 1 and len(r.stderr) < 500, r.stderr
+    assert (b.data_dir / name).read_bytes() == damage
 
 
 # --- logging ---------------------------------------------------------------------------------------------

@@ -249,6 +249,7 @@ def outcome(state: ProducerStateManager, h: BatchHeader, end: int):
 
 
 def test_producer_id_blocks_are_claimed_before_use(tmp_path):
+    from broker.config import ConfigError
     from broker.producer_ids import PRODUCER_IDS_FILE, ProducerIdAllocator
 
     a = ProducerIdAllocator(str(tmp_path), block_size=10)
@@ -257,7 +258,7 @@ def test_producer_id_blocks_are_claimed_before_use(tmp_path):
     b = ProducerIdAllocator(str(tmp_path), block_size=10)
     assert b.next_id() == 20
     (tmp_path / PRODUCER_IDS_FILE).write_text("{not json")
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ConfigError, match="is damaged"):
         ProducerIdAllocator(str(tmp_path))
 
 

@@ -17,7 +17,7 @@ import os
 from types import MappingProxyType
 from typing import Mapping
 
-from broker.config import ConfigError
+from broker.config import ConfigError, why_unparsable
 from broker.log.checkpoint import write_durably
 from protocol.errors import ErrorCode, KafkaError
 
@@ -49,7 +49,7 @@ class GroupConfigStore:
                     self._groups[group_id] = MappingProxyType({str(k): str(v) for k, v in props.items()})
         except (ValueError, AttributeError, TypeError) as e:
             # The broker must not start and later overwrite it.
-            raise ConfigError(f"{self._path} is damaged ({e!r}); restore it from a backup, or remove "
+            raise ConfigError(f"{self._path} is damaged ({why_unparsable(e)}); restore it from a backup, or remove "
                               "it to reset every group's configs") from None
 
     def _save(self, groups: Mapping[str, Mapping[str, str]]) -> None:

@@ -314,13 +314,49 @@ def test_recovery_trusts_segments_below_the_recovery_point(tmp_path):
     segs = [s.base_offset for s in log.segments]
     for seg in log.segments:
         seg.data.close()
-    os.unlink(seg_path(tmp_path, "t-0", segs[0], ".index"))  # forces a rebuild, no validation
+    with open(seg_path(tmp_path, "t-0", segs[0], ".index"), "ab") as f:
+        f.write(b"\x00" * 3)  # forces a rebuild, no validation
     with open(seg_path(tmp_path, "t-0", segs[0]), "r+b") as f:
         f.seek(70)
         f.write(b"\xff")  # a CRC error nobody looks for: below the recovery point
+    size = os.path.getsize(seg_path(tmp_path, "t-0", segs[0]))
     store = open_file_store(tmp_path, segment_bytes=400)
     log = store.get("t", 0)
     assert [s.base_offset for s in log.segments] == segs
+    assert os.path.getsize(seg_path(tmp_path, "t-0", segs[0])) == size
+    close(store)
+
+
+@pytest.mark.parametrize("victim", [0, 1])
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_segment_without_its_offset_index_is_recovered(tmp_path, caplog, clean, victim):
+    """Kafka's LogLoader.loadSegmentFiles recovers (validates, truncating at the first invalid
+    batch) a segment whose offset index file is missing, even after a clean shutdown or below
+    the recovery point; unlike recovery after a crash, the segments after it stay."""
+    store = open_file_store(tmp_path, segment_bytes=400)
+    log = store.create("t", 0, TOPIC_ID, None)
+    fill(log, 20)
+    asyncio.run(log.flush())
+    segs = [s.base_offset for s in log.segments]
+    before = stored_model(log)
+    close(store)
+    if not clean:
+        os.unlink(tmp_path / CLEAN_SHUTDOWN_MARKER)  # the recovery point is the log end
+    os.unlink(seg_path(tmp_path, "t-0", segs[victim], ".index"))
+    with open(seg_path(tmp_path, "t-0", segs[victim]), "r+b") as f:
+        f.seek(70)  # in the segment's first batch
+        b = f.read(1)
+        f.seek(70)
+        f.write(bytes([b[0] ^ 0xFF]))
+    with caplog.at_level(logging.WARNING, logger="broker.log.file"):
+        store = open_file_store(tmp_path, segment_bytes=400)
+    log = store.get("t", 0)
+    assert [s.base_offset for s in log.segments] == segs
+    assert os.path.getsize(seg_path(tmp_path, "t-0", segs[victim])) == 0
+    assert stored_model(log) == [m for m in before if not segs[victim] <= m[1] < segs[victim + 1]]
+    assert log.end_offset == before[-1][1] + 1
+    assert any("Could not find offset index file" in r.getMessage() and r.levelno == logging.ERROR
+               for r in caplog.records)
     close(store)
 
 

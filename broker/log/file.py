@@ -269,8 +269,16 @@ class FileLogStore:
 
     @staticmethod
     def _load_trusted(seg: Segment, file_size: int, interval: int, *, active: bool) -> str | None:
-        """Reuse saved indexes when sane (walking only the tail); otherwise rescan headers."""
+        """Reuse saved indexes when sane (walking only the tail); otherwise rescan headers.
+
+        A segment without its offset index file is validated instead, as Kafka's
+        LogLoader.loadSegmentFiles recovers it (the caller truncates it at the first invalid
+        batch, and keeps the segments after it)."""
         raw_index, raw_time = seg.data.load_indexes(remember=active)
+        if raw_index is None:
+            log.error("Could not find offset index file corresponding to log file %s, recovering segment and "
+                      "rebuilding index files...", seg.data.path(".log"))
+            return scan_segment(seg, file_size, interval, validate=True)
         index = OffsetIndex.from_bytes(raw_index, file_size) if raw_index is not None else None
         time_index = TimeIndex.from_bytes(raw_time, INT_MAX) if raw_time is not None else None
         if index is not None and time_index is not None:

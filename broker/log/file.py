@@ -279,7 +279,7 @@ class FileLogStore:
             log.error("Could not find offset index file corresponding to log file %s, recovering segment and "
                       "rebuilding index files...", seg.data.path(".log"))
             return scan_segment(seg, file_size, interval, validate=True)
-        index = OffsetIndex.from_bytes(raw_index, file_size) if raw_index is not None else None
+        index = OffsetIndex.from_bytes(raw_index, file_size)
         time_index = TimeIndex.from_bytes(raw_time, INT_MAX) if raw_time is not None else None
         if index is not None and time_index is not None:
             error = resume_segment(seg, file_size, interval, index, time_index)
@@ -289,7 +289,7 @@ class FileLogStore:
             if error.startswith("tail: "):
                 return error[len("tail: ") :]
             log.warning("%s: %s, rebuilding indexes", seg.data.path(".index"), error)
-        elif raw_index is not None and raw_time is not None:
+        elif raw_time is not None:
             log.warning("%s: entries that cannot index this segment, rebuilding indexes", seg.data.path(".index"))
         return scan_segment(seg, file_size, interval, validate=False)
 

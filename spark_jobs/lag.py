@@ -77,8 +77,8 @@ def lag_table(latest: pd.DataFrame, names_by_id: Mapping[str, str],
             "leader_epoch": int(r.leader_epoch), "state_epoch": int(r.state_epoch),
         })
     out = pd.DataFrame(rows, columns=[*LAG_COLUMNS, "topic_id", "leader_epoch", "state_epoch"])
-    for col in ("log_end_offset", "lag"):
-        out[col] = _nullable_int(out[col])
+    for col in ("log_end_offset", "lag"):  # from the rows: beside a None the frame's column is float64
+        out[col] = _nullable_int(r[col] for r in rows)
     return out.sort_values(["group", "topic", "partition"], kind="stable").reset_index(drop=True)
 
 

@@ -48,6 +48,14 @@ def test_lag_table_names_topics_and_leaves_unknowns_empty():
     assert csv[1] == "g,alpha,0,-1,4,-1,"  # unknown lag: an empty field
 
 
+def test_a_lag_beyond_2_53_beside_an_unknown_one_keeps_every_digit():
+    """With an unknown lag (None) in the column, pandas built it as float64 and the report
+    showed 2**62 for DescribeShareGroupOffsets' 2**62 + 5 (a start offset written far below 0)."""
+    latest = latest_rows([("g", "id-a", 0, -1, -1, 0, 1), ("g", "id-a", 1, -(2**62), 0, 0, 1)])
+    table = lag_table(latest, {"id-a": "alpha"}, {("alpha", 0): 5, ("alpha", 1): 5})
+    assert table["lag"].tolist() == [pd.NA, 2**62 + 5]
+
+
 def test_group_history_carries_each_partitions_state_forward():
     points = [
         {"group_id": "g", "topic_id": "a", "partition": 0, "at_ms": 100, "start_offset": 0, "delivery_complete_count": 0},

@@ -7,6 +7,8 @@ place of the highest offset the +1 goes away. Kafka's group coordinator computes
 (in Java longs, which wrap: so does this), and answers -1 (unknown) when the start offset is
 still uninitialised (-1) or the delivery-complete count was never written (-1: a
 ShareSnapshot / ShareUpdate without the tagged field, e.g. from a WriteShareGroupState v0).
+A negative result (a start offset past the log end, or a wrapped long) is unknown too, as
+Kafka's admin client and ``kafka-share-groups.sh`` show it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,11 @@ def share_partition_lag(log_end_offset: int | None, start_offset: int | None,
         return None
     if delivery_complete_count is None or delivery_complete_count == UNKNOWN:
         return None
-    return java_long(log_end_offset - start_offset - delivery_complete_count)  # wraps as the broker's
+    lag = java_long(log_end_offset - start_offset - delivery_complete_count)  # wraps as the broker's
+    # Kafka's admin client (ListShareGroupOffsetsHandler) reads a negative lag as no lag, and
+    # kafka-share-groups.sh shows "-": a start offset altered past the log end is not a credit
+    # to subtract from the group's total.
+    return lag if lag >= 0 else None
 
 
 def end_offset_at(first_at_or_after: int, log_start: int, log_end: int) -> int | None:

@@ -23,6 +23,22 @@ def test_lag_is_kip_1226s_formula_with_the_log_end_offset():
     assert share_partition_lag(11, None, 0) is None
 
 
+def test_a_negative_lag_is_unknown_as_kafkas_admin_client_reads_it():
+    """A start offset altered past the log end (AlterShareGroupOffsets does not check it):
+    DescribeShareGroupOffsets answers a negative lag, which Kafka's ListShareGroupOffsetsHandler
+    turns into no lag and kafka-share-groups.sh --describe shows as "-". The report agrees,
+    rather than listing -5 and taking 5 off the group's total."""
+    assert share_partition_lag(10, 15, 0) is None
+    latest = latest_rows([("g", "id-a", 0, 15, 0, 0, 1), ("g", "id-a", 1, 0, 0, 0, 1)])
+    table = lag_table(latest, {"id-a": "alpha"}, {("alpha", 0): 10, ("alpha", 1): 4})
+    assert table["lag"].tolist() == [pd.NA, 4]
+    assert lag_totals(table).values.tolist() == [["g", "*", 2, 1, 4], ["g", "alpha", 2, 1, 4]]
+    points = [{"group_id": "g", "topic_id": "id-a", "partition": p, "at_ms": 100, "start_offset": start,
+               "delivery_complete_count": 0} for p, start in ((0, 15), (1, 0))]
+    history = group_history(points, {"id-a": "alpha"}, {("alpha", 0, 100): 10, ("alpha", 1, 100): 4})
+    assert history[["lag", "partitions"]].values.tolist() == [[4, 1]]
+
+
 def latest_rows(rows):
     cols = ["group_id", "topic_id", "partition", "start_offset", "delivery_complete_count", "leader_epoch",
             "state_epoch"]
@@ -163,14 +179,17 @@ def test_report_page_has_a_chart_and_tables_per_group_and_nothing_external():
 
 
 def test_lag_wraps_as_a_java_long_as_describe_share_group_offsets_does():
-    """A start offset written near the int64 limits (a fuzzed WriteShareGroupState): the
-    broker's lag wraps as Kafka's long subtraction does, and the report's must too (it failed
-    to build its Int64 column)."""
-    assert share_partition_lag(5, -(2**63), 0) == 5 - 2**63
-    latest = latest_rows([("g", "id-a", 0, -(2**63), 0, 0, 1), ("g", "id-a", 1, -(2**63), 0, 0, 1)])
-    table = lag_table(latest, {"id-a": "alpha"}, {("alpha", 0): 5, ("alpha", 1): 5})
-    assert table["lag"].tolist() == [5 - 2**63, 5 - 2**63]
-    points = [{"group_id": "g", "topic_id": "a", "partition": p, "at_ms": 100, "start_offset": -(2**63),
+    """A start offset or count written near the int64 limits (a fuzzed WriteShareGroupState):
+    the broker's lag wraps as Kafka's long subtraction does, and the report's must too (it failed
+    to build its Int64 column). A lag that wraps negative is unknown, as Kafka's admin client
+    reads it; one that wraps back positive is kept, and so is a sum that wraps."""
+    assert share_partition_lag(5, -(2**63), 0) is None  # 5 - 2**63 after the wrap
+    assert share_partition_lag(2**63 - 1, -(2**63), -(2**31)) == 2**31 - 1  # wraps back positive
+    latest = latest_rows([("g", "id-a", 0, -(2**63), 0, 0, 1), ("g", "id-a", 1, 0, 0, 0, 1),
+                          ("g", "id-a", 2, 0, 0, 0, 1)])
+    table = lag_table(latest, {"id-a": "alpha"}, {("alpha", 0): 5, ("alpha", 1): 2**63 - 1, ("alpha", 2): 2**63 - 1})
+    assert table["lag"].tolist() == [pd.NA, 2**63 - 1, 2**63 - 1]
+    points = [{"group_id": "g", "topic_id": "a", "partition": p, "at_ms": 100, "start_offset": 0,
                "delivery_complete_count": 0} for p in (0, 1)]
-    history = group_history(points, {"a": "A"}, {("A", 0, 100): 5, ("A", 1, 100): 5})
-    assert history["lag"].tolist() == [10]  # (5 - 2**63) * 2 wraps as a long sum
+    history = group_history(points, {"a": "A"}, {("A", 0, 100): 2**63 - 1, ("A", 1, 100): 2**63 - 1})
+    assert history["lag"].tolist() == [-2]  # (2**63 - 1) * 2 wraps as a long sum

@@ -791,6 +791,25 @@ def test_log_start_offset_moves_past_in_flight_records():
     check_counts(sp)
 
 
+def test_log_start_offset_stops_the_spso_at_it_until_a_write_settles():
+    """Kafka's updateCacheAndOffsets sets the SPSO to the new log start and no further, even
+    where finished records follow it; the next write (here an ack) carries that start offset,
+    and only once it is done does the SPSO pass them (maybeUpdateCachedStateAndOffsets). So
+    DescribeShareGroupOffsets shows the log start after that write, as from Kafka."""
+    sp, _ = make()
+    acquire(sp, "m", [(0, 4), (5, 9)], batch_size=5)
+    ack(sp, "m", (0, 0, [RELEASE]), (1, 1, [ACCEPT]), (2, 3, [ACCEPT]), (4, 4, [RELEASE]))
+    assert sp.start_offset == 0
+    sp.on_log_start_offset(2)
+    assert (sp.start_offset, sp.delivery_complete_count) == (2, 2)  # 2-3 accepted, not passed yet
+    check_counts(sp)
+    t = ack(sp, "m", (5, 9, [ACCEPT]), commit=False)
+    assert (t.start_offset, t.delivery_complete_count) == (2, 7)  # lag: 10 - 2 - 7 = 1 (offset 4)
+    sp.commit(t)
+    assert (sp.start_offset, sp.delivery_complete_count) == (4, 5)
+    check_counts(sp)
+
+
 def test_log_start_offset_past_everything():
     sp, _ = make()
     acquire(sp, "m", [(0, 9)])

@@ -566,11 +566,11 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.log = [b for b in self.log if b[1] >= lso]
         self.sp.on_log_start_offset(lso)
         if lso > self.spso:
-            self.spso = lso
+            self.spso = lso  # and no further, as Kafka's updateCacheAndOffsets
             for o, r in self.recs.items():
                 if o < lso and r.state == AVAILABLE and not r.pending:
                     r.state = ARCHIVED
-            self.m_advance()
+            self.m_settle()
 
     # ------------------------------------------------------------- crash and reload
 
@@ -668,7 +668,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
             return spso
         spso = advance(spso)
         if self.lso > spso:
-            spso = advance(self.lso)
+            spso = self.lso  # finished records from the log start on stay until a write settles
         expect = {o: sc for o, sc in expect.items() if o >= spso}
         got = {}
         for o, state, count, member, deadline, pending in sp.iter_records():

@@ -1510,7 +1510,9 @@ class SharePartition:
         """The log start moved (retention, DeleteRecords): move the SPSO up to it.
 
         AVAILABLE records below it are archived; ACQUIRED ones stay until acked or expired and
-        then end ARCHIVED. Nothing is persisted now: the next write carries the new SPSO.
+        then end ARCHIVED. Nothing is persisted now: the next write carries the new SPSO. The
+        SPSO stops at the log start even where finished records follow it, as Kafka's
+        updateCacheAndOffsets leaves it; it passes them when a write next settles.
         """
         if log_start_offset <= self._spso:
             return
@@ -1523,7 +1525,6 @@ class SharePartition:
             return
         self._stragglers = True
         self._settle_below_start()
-        self._advance()
 
     def _count_terminal(self, lo: int, hi: int) -> int:
         cache = self._cache

@@ -26,8 +26,9 @@ Deliberate differences from Kafka 4.2:
   the delivery limit is archived;
 * a rollback after the lock expired makes the record AVAILABLE, or ARCHIVED if it is at the
   delivery limit (Kafka makes it AVAILABLE unconditionally and could redeliver past the limit);
-* the SPSO is always advanced as far as possible (also after LSO moves, stale-batch archiving
-  and rollbacks) and records left ACQUIRED below the SPSO by an LSO move do not block it;
+* the SPSO is always advanced as far as possible (also after stale-batch archiving and
+  rollbacks; after an LSO move, which sets it to the log start, once a write settles) and
+  records left ACQUIRED below the SPSO by an LSO move do not block it;
 * acquired per-offset ranges are merged when contiguous with equal delivery counts;
 * delivery throttling (KAFKA-17541, in 4.2) only looks at AVAILABLE records with no write in
   flight when deciding whether a cached range is throttled.

@@ -138,6 +138,25 @@ async def test_a_failed_share_partition_load_is_timed_too(tmp_path):
         await b.stop()
 
 
+async def test_a_deleted_topics_share_request_counters_go_even_without_a_share_partition(tmp_path):
+    """Kafka removes a topic's BrokerTopicMetrics when its partitions are deleted
+    (ReplicaManager.stopPartitions -> maybeRemoveTopicMetrics), whatever share partitions
+    exist: here the fetch failed (never initialised), so none was ever loaded. Under topic
+    churn the rows would otherwise pile up, one per topic ever fetched."""
+    b = Broker(_config(tmp_path), store=MemoryLogStore())
+    await b.start()
+    try:
+        topic_id = b.topics.create("t", 1).topic_id
+        await b.share_manager.fetch("g", "m", [(topic_id, 0, "t")], _fetch_params())
+        b.metrics.share.share_requests(b.metrics.share.ack_requests, [("t", True)])
+        assert b.share_manager.cached("g", topic_id, 0) is None and "t" in b.metrics.share.fetch_requests
+        b.topics.delete("t")
+        assert b.metrics.share.fetch_requests == {"": [1, 1]}
+        assert b.metrics.share.ack_requests == {"": [1, 1]}
+    finally:
+        await b.stop()
+
+
 @pytest.mark.parametrize("max_records, max_bytes", [(0, 1 << 20), (500, 0)])
 async def test_a_share_fetch_for_no_records_or_no_bytes_is_not_counted(tmp_path, max_records, max_bytes):
     """Kafka's processShareFetch answers such a fetch at once, before it loads a share

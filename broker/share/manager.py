@@ -623,7 +623,6 @@ class SharePartitionManager:
         for key, leader in list(self._leaders.items()):
             if key[1] == topic_id:
                 self._forget(key, leader)
-                self.stats.forget_topic(leader.topic)
 
     def forget_share_state(self, group_id: str, partitions=None) -> None:
         """The share-partition state of ``group_id`` was replaced or deleted by an admin request

@@ -184,6 +184,16 @@ class ShareGroupStats:
                 row[1] += 1
                 every[1] += 1
 
+    def share_requests_failed(self, table: dict[str, list[int]], topics: Iterable[str]) -> None:
+        """Requests counted by ``share_requests`` as they started that failed in the end, once
+        per topic (Kafka marks the totals as a share fetch starts, the failures as it
+        completes). A topic deleted meanwhile gets no row again: its counters went with it."""
+        every = table[ALL_TOPICS]
+        for topic in topics:
+            every[1] += 1
+            if (row := table.get(topic)) is not None:
+                row[1] += 1
+
     def forget_topic(self, topic: str) -> None:
         """A deleted topic's counters go, as Kafka removes its BrokerTopicMetrics; the
         all-topics sums keep what it counted."""

@@ -204,6 +204,21 @@ async def test_deleting_a_topic_forgets_it_once_and_leaves_it_out_of_its_parked_
         assert left == [("g", other_id)] * 4 + [("h", other_id)] * 4
 
 
+async def test_a_fetch_parked_across_its_topics_deletion_leaves_no_counters_for_it(tmp_path):
+    """Kafka's processShareFetch marks TotalShareFetchRequestsPerSec for each topic before the
+    fetch waits; counted only when it answered, a fetch parked across the deletion of its topic
+    made that topic's counters again after they were removed, one row per deleted topic."""
+    async with running_broker(tmp_path) as b:
+        topic_id = b.topics.create("t", 1).topic_id
+        await share_partition(b, "g", topic_id, 0, "t")
+        parked = asyncio.ensure_future(b.share_manager.fetch("g", "m", [(topic_id, 0, "t")], params(300)))
+        await until_parked(b)
+        assert b.metrics.share.fetch_requests == {"": [1, 0], "t": [1, 0]}  # counted as it parked
+        b.topics.delete("t")
+        await asyncio.wait_for(parked, 5)
+        assert b.metrics.share.fetch_requests == {"": [1, 0]}
+
+
 async def test_a_fetch_parked_on_share_state_that_an_admin_request_drops_answers_at_once(tmp_path):
     """A reset (AlterShareGroupOffsets, DeleteShareGroupOffsets, DeleteGroups) drops the cached
     share partition. A fetch parked on it must not acquire from the dropped copy: records it

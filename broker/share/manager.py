@@ -318,10 +318,13 @@ class SharePartitionManager:
         nothing (TotalShareFetchRequests), as Kafka's SharePartitionManager.processShareFetch."""
         if params.max_records == 0 or params.max_bytes == 0:
             return {}
+        # Counted before the fetch waits, as processShareFetch marks them: counted at the answer, a
+        # fetch parked across its topic's deletion would give the deleted topic its counters back.
+        self.stats.share_requests(self.stats.fetch_requests, per_topic((topic, 0) for _, _, topic in partitions))
         results = await self._fetch(group_id, member_id, partitions, params, gone)
-        failed = {tp for tp, f in results.items() if f.error_code}
-        self.stats.share_requests(self.stats.fetch_requests, per_topic(
-            (topic, bool(failed) and (topic_id, p) in failed) for topic_id, p, topic in partitions))
+        if failed := {tp for tp, f in results.items() if f.error_code}:
+            self.stats.share_requests_failed(self.stats.fetch_requests, dict.fromkeys(
+                topic for topic_id, p, topic in partitions if (topic_id, p) in failed))
         return results
 
     async def _fetch(self, group_id, member_id, partitions, params: FetchParams, gone):

@@ -160,10 +160,34 @@ def test_subscribing_to_missing_topic_then_it_appears():
     r = hb(c, MEMBER_A, 0, ["later"])
     assert r.assignment == [] and r.member_epoch == 1
     later = TopicInfo(uuid.UUID(int=0xC3), "later", 3)
-    bump = c.on_metadata_change(TopicsImage([ORDERS, later]))
-    assert kinds(bump) == ["Metadata"] and bump[0].value.epoch == 2
+    assert c.on_metadata_change(TopicsImage([ORDERS, later])) == []
     r = hb(c, MEMBER_A, 1)
+    assert kinds(r.records)[0] == "Metadata" and r.records[0].value.epoch == 2
     assert r.member_epoch == 2 and r.assignment == [(later.topic_id, [0, 1, 2])]
+
+
+def test_topic_changes_bump_the_epoch_at_the_next_heartbeat_once():
+    """Kafka's onNewMetadataImage only asks the subscribed groups for a metadata refresh: the
+    epoch stays until a member heartbeats (ShareGroupDescribe shows the old one), and several
+    changes in between bump it once (shareGroupHeartbeat compares the metadata hash)."""
+    c = coordinator(ORDERS, PAYMENTS)
+    hb(c, MEMBER_A, 0, ["orders", "later"])
+    later = TopicInfo(uuid.UUID(int=0xC3), "later", 1)
+    grown = TopicInfo(later.topic_id, "later", 2)
+    assert c.on_metadata_change(TopicsImage([ORDERS, PAYMENTS, later]), ["later"]) == []
+    assert c.on_metadata_change(TopicsImage([ORDERS, PAYMENTS, grown]), ["later"]) == []
+    assert c.on_metadata_change(TopicsImage([ORDERS, grown]), ["payments"]) == []
+    d = c.describe_group("g")
+    assert (d.group_epoch, d.assignment_epoch, d.members[0].member_epoch) == (1, 1, 1)
+    r = hb(c, MEMBER_A, 1)
+    assert r.member_epoch == 2 and partitions(r, grown) == [0, 1]
+    assert kinds(r.records).count("Metadata") == 1
+    assert hb(c, MEMBER_A, 2).records == []
+    c.on_metadata_change(TopicsImage([grown]), ["orders"])  # a subscribed topic deleted
+    r = hb(c, MEMBER_A, 2)
+    assert r.member_epoch == 3 and r.assignment == [(grown.topic_id, [0, 1])]
+    c.on_metadata_change(TopicsImage([grown, PAYMENTS]), ["payments"])  # not subscribed to
+    assert hb(c, MEMBER_A, 3).records == []
 
 
 def test_a_missing_topic_in_one_subscription_makes_the_group_heterogeneous():
@@ -330,14 +354,12 @@ def test_partition_increase_and_topic_deletion():
     unrelated = TopicInfo(uuid.UUID(int=0xD4), "unrelated", 1)
     assert c.on_metadata_change(TopicsImage([ORDERS, PAYMENTS, unrelated])) == []
     bigger = TopicInfo(ORDERS.topic_id, "orders", 8)
-    records = c.on_metadata_change(TopicsImage([bigger, PAYMENTS]))
-    assert kinds(records) == ["Metadata"] and records[0].value.epoch == 2
+    assert c.on_metadata_change(TopicsImage([bigger, PAYMENTS])) == []
     r = hb(c, MEMBER_A, 1)
     assert r.member_epoch == 2 and partitions(r, bigger) == list(range(8))
-    records = c.on_metadata_change(TopicsImage([bigger]))  # payments deleted
-    assert records[0].value.epoch == 3
+    assert c.on_metadata_change(TopicsImage([bigger])) == []  # payments deleted
     r = hb(c, MEMBER_A, 2)
-    assert r.assignment == [(ORDERS.topic_id, list(range(8)))]
+    assert r.member_epoch == 3 and r.assignment == [(ORDERS.topic_id, list(range(8)))]
 
 
 NAMES = ["a", "b", "c", "d"]
@@ -418,8 +440,9 @@ def test_topic_recreated_with_new_id():
     c = coordinator()
     hb(c, MEMBER_A, 0, ["orders"])
     again = TopicInfo(uuid.UUID(int=0xEE), "orders", 6)
-    assert kinds(c.on_metadata_change(TopicsImage([again]))) == ["Metadata"]
-    assert hb(c, MEMBER_A, 1).assignment == [(again.topic_id, [0, 1, 2, 3, 4, 5])]
+    assert c.on_metadata_change(TopicsImage([again])) == []
+    r = hb(c, MEMBER_A, 1)
+    assert r.member_epoch == 2 and r.assignment == [(again.topic_id, [0, 1, 2, 3, 4, 5])]
 
 
 def test_assignable_hook_gates_partitions_until_they_are_ready():
@@ -492,9 +515,12 @@ def test_restart_arms_sessions_on_load():
     assert restarted.next_deadline() == 145_000
     # the member carries on at its epoch after the restart
     assert restarted.heartbeat("g", MEMBER_A, 1, None, None, "client", HOST, 100_001).error_code == 0
-    # a topic that changed while down bumps the epoch on load
+    # a topic that changed while down bumps the epoch at the group's first heartbeat after
+    # the load, as a freshly loaded Kafka group's expired metadata refresh deadline does
     again = fresh_replay(run.log, topics=(TopicInfo(ORDERS.topic_id, "orders", 7),))
-    assert kinds(again.on_loaded(0)) == ["Metadata"]
+    assert again.on_loaded(0) == [] and again.describe_group("g").group_epoch == 1
+    r = again.heartbeat("g", MEMBER_A, 1, None, None, "client", HOST, 1)
+    assert r.member_epoch == 2 and partitions(r) == list(range(7))
 
 
 def test_replay_rejects_member_tombstone_out_of_order():

@@ -27,7 +27,8 @@ sans-IO state machine; this shell gives it its inputs and carries out what it as
 * time: ``now_ms`` for every operation, and one timer armed at the earliest session deadline
   of all shards (re-armed after every operation) that fences silent members;
 * topics: a ``TopicLookup`` snapshot of the broker's TopicRegistry, handed to every loaded
-  shard on every registry change (which may bump group epochs, ``on_metadata_change``);
+  shard on every registry change (``on_metadata_change``: the next heartbeat of a group
+  subscribed to a changed topic may bump its epoch);
 * group configs: overrides from the ``GroupConfigStore`` layered on the broker's ``group.*``
   properties (``group_settings``), also used by the share-partition leaders;
 * departures: members that leave or whose session expires are reported, after their
@@ -365,7 +366,8 @@ class GroupCoordinatorRuntime:
 
     def _activate(self, shard: _Shard) -> None:
         """A shard became usable: members get session deadlines, topic changes made while
-        it was away bump epochs, share state missing for subscribed partitions is set up."""
+        it was away bump epochs at the groups' next heartbeats, share state missing for
+        subscribed partitions is set up."""
         coordinator = shard.coordinator
         records = shard.backlog + coordinator.on_loaded(self._clock.now_ms(), self._topics.snapshot())
         shard.backlog = []

@@ -253,6 +253,10 @@ class ShareGroupCoordinator:
         # initialization that finished after its topic was deleted): the next metadata change
         # cleans them up, whichever topics it is about
         self._stale_state: set[str] = set()
+        # groups a topic change (or a load) may have given another metadata hash: their next
+        # heartbeat compares it and bumps the epoch if it differs (Kafka's requestMetadataRefresh;
+        # a topic change itself writes no ShareGroupMetadata). Not a record.
+        self._refresh: set[str] = set()
         # topic name -> groups with a member subscribed to it; topic id -> groups whose
         # share-state metadata names it. Kept by replay, so that a topic change visits only
         # the groups it can affect.
@@ -361,16 +365,20 @@ class ShareGroupCoordinator:
                                                subscription))
         subscription_changed = subscription != old.subscribed_topic_names
 
-        # 2. Group epoch: bumped by a subscription change or by partitions that became
-        #    assignable but are in nobody's target yet.
+        # 2. Group epoch: bumped by a subscription change, by partitions that became
+        #    assignable but are in nobody's target yet, or by subscribed topics whose metadata
+        #    changed since the epoch was computed (looked at only after a topic change or a load).
         group_epoch = group.group_epoch
-        if subscription_changed or self._assignment_pending(group):
+        bump = subscription_changed or self._assignment_pending(group)
+        if bump or group_id in self._refresh:
             names = Counter(group.subscribed_names)
             names.subtract(old.subscribed_topic_names)
             names.update(subscription)
-            group_epoch += 1
             new_hash = metadata_hash((n for n, c in names.items() if c > 0), self._topics)
-            records.append(rec.group_metadata(group_id, group_epoch, new_hash))
+            if bump or new_hash != group.metadata_hash:
+                group_epoch += 1
+                records.append(rec.group_metadata(group_id, group_epoch, new_hash))
+            self._refresh.discard(group_id)
 
         # 3. Target assignment, when the group moved past the last one computed.
         target_epoch = group.assignment_epoch
@@ -590,9 +598,10 @@ class ShareGroupCoordinator:
         return self._timers.deadline(group_id, member_id)
 
     def on_loaded(self, now_ms: int, topics: TopicLookup | None = None) -> list[CoordinatorRecord]:
-        """After replaying the log: give every member a fresh session deadline, and bump
-        the epoch of groups whose topics changed while the coordinator was away (against
-        ``topics`` when given, the current view otherwise)."""
+        """After replaying the log: give every member a fresh session deadline, and have each
+        group's next heartbeat compare its metadata hash with ``topics`` (when given, the
+        current view otherwise), as Kafka's freshly loaded groups do: topics that changed while
+        the coordinator was away bump the epoch then."""
         for group_id, group in self._groups.items():
             timeout = None
             for member_id in group.members:
@@ -606,10 +615,12 @@ class ShareGroupCoordinator:
 
     def on_metadata_change(self, topics: TopicLookup, changed: Collection[str] | None = None
                            ) -> list[CoordinatorRecord]:
-        """Adopt a new topic view. Groups whose subscribed topics were created, deleted,
-        recreated or resized get a new group epoch (and so a new target assignment on
-        their next heartbeat), and deleted topics leave their share-partition state
-        metadata; returns those ShareGroupMetadata / ShareGroupStatePartitionMetadata records.
+        """Adopt a new topic view. Groups subscribed to the changed topics compare their
+        metadata hash at their next heartbeat, which bumps the epoch if a subscribed topic was
+        created, deleted, recreated or resized (Kafka's onNewMetadataImage only requests that
+        refresh: the epoch is not bumped until a member heartbeats, and once for several
+        changes). Deleted topics leave the groups' share-partition state metadata; returns
+        those ShareGroupStatePartitionMetadata records.
 
         ``changed``: the names of the topics that changed, if known. Only the groups they can
         affect are then looked at (like Kafka's index of groups by subscribed topic): with
@@ -626,11 +637,8 @@ class ShareGroupCoordinator:
         records = []
         for group_id in group_ids:
             group = self._groups[group_id]
-            new_hash = metadata_hash(group.subscribed_names, topics)
-            if new_hash != group.metadata_hash:
-                record = rec.group_metadata(group_id, group.group_epoch + 1, new_hash)
-                self.replay(record)
-                records.append(record)
+            if group.subscribed_names:
+                self._refresh.add(group_id)
             if group.has_state_metadata:
                 cleanup = share_state.cleanup_record(group, topics)
                 if cleanup is None:
@@ -880,6 +888,7 @@ class ShareGroupCoordinator:
             self._settled.pop(key.group_id, None)
             self._stale_state.discard(key.group_id)
             self._init_since.pop(key.group_id, None)
+            self._refresh.discard(key.group_id)
             return
         group.group_epoch = value.epoch
         group.metadata_hash = value.metadata_hash

@@ -253,6 +253,9 @@ async def test_topic_changes_set_up_share_state_before_the_next_heartbeat(tmp_pa
     grown = await hb(runtime, A, join.member_epoch)
     assert grown.member_epoch == join.member_epoch + 1  # one bump, at the heartbeat, for both changes
     assert (parts(grown, later), parts(grown, orders)) == ([0, 1], [0, 1])
+    # initialised ahead of that heartbeat, with the epoch it bumps to (Kafka initialises there)
+    assert {e for (_, t, _), e in world.persister.state.items() if t == later.topic_id} == {grown.member_epoch}
+    assert world.persister.state[("g", orders.topic_id, 1)] == grown.member_epoch
     initialized = [e for e in world.events if e[0] == "initialize"]
     assert sorted((e[2], e[3]) for e in initialized) == sorted([(later.topic_id, 0), (later.topic_id, 1),
                                                                  (orders.topic_id, 1)])

@@ -521,7 +521,12 @@ class ShareGroupCoordinator:
         record = share_state.initializing_record(group, change, self._topics)
         self.replay(record)
         self._init_since.setdefault(group_id, {}).update(dict.fromkeys(change, now_ms))
-        return StatePlan([record], share_state.request_of(group_id, change, group.group_epoch))
+        # Ahead of a heartbeat that will bump the epoch for a topic change, the state epoch is the
+        # bumped one: Kafka initialises those partitions at that heartbeat, with its epoch.
+        epoch = group.group_epoch
+        if group_id in self._refresh and metadata_hash(group.subscribed_names, self._topics) != group.metadata_hash:
+            epoch += 1
+        return StatePlan([record], share_state.request_of(group_id, change, epoch))
 
     def maybe_initialize(self, group_id: str, now_ms: int) -> StatePlan:
         """What a heartbeat of this group would initialise, without a heartbeat: used after

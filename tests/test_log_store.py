@@ -357,6 +357,7 @@ def test_delete_records_before(make_store):
     _fill_one_batch_per_segment(log, [1, 2, 3, 4])
     log.delete_records_before(2)
     assert log.start_offset == 2
+    assert log.apply_retention(0) == 2  # the segments below the start go at the retention pass
     assert [s.base_offset for s in log.segments] == [2, 3]
     with pytest.raises(OffsetOutOfRange):
         log.read(1, 100)
@@ -365,9 +366,28 @@ def test_delete_records_before(make_store):
     with pytest.raises(OffsetOutOfRange):
         log.delete_records_before(5)
     log.delete_records_before(4)  # up to the end: active segment stays, nothing readable
+    log.apply_retention(0)
     assert (log.start_offset, log.end_offset, len(log.segments)) == (4, 4, 1)
     assert log.read(4, 100).batches == []
     assert append(log, make_batch(1)).start_offset == 4
+
+
+def test_delete_records_keeps_segments_until_the_retention_pass(make_store):
+    """Kafka's DeleteRecords only moves the log start (UnifiedLog.maybeIncrementLogStartOffset);
+    the segments wholly below it go at the next retention pass (deleteLogStartOffsetBreachedSegments).
+    Until then they still count for the partition size, MAX_TIMESTAMP and timestamp searches."""
+    log = make_store(segment_bytes=1).create("t", 0, TOPIC_ID, None)
+    _fill_one_batch_per_segment(log, [5000, 1000, 2000])
+    size = log.size
+    log.delete_records_before(2)
+    assert (log.start_offset, [s.base_offset for s in log.segments], log.size) == (2, [0, 1, 2], size)
+    assert log.max_timestamp() == (5000, 0)  # below the start, as Kafka answers
+    assert log.offset_for_timestamp(1500) is None  # segment 0 reaches 1500 but holds nothing at 2+
+    with pytest.raises(OffsetOutOfRange):
+        log.read(1, 100)
+    assert log.apply_retention(6000) == 2
+    assert ([s.base_offset for s in log.segments], log.max_timestamp()) == ([2], (2000, 2))
+    assert log.offset_for_timestamp(1500) == (2000, 2)
 
 
 def test_start_offset_inside_a_batch(make_store):

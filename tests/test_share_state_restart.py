@@ -54,6 +54,9 @@ PRUNING = {  # small segments, pruned often, a snapshot every 10 updates
     "share.coordinator.state.topic.segment.bytes": "2048",
     "share.coordinator.state.topic.prune.interval.ms": "100",
     "share.coordinator.snapshot.update.records.per.snapshot": "10",
+    # pruning moves the log start; the segments below it go at the retention check, as in Kafka
+    "log.retention.check.interval.ms": "100",
+    "log.initial.task.delay.ms": "0",
 }
 
 

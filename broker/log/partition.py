@@ -106,8 +106,8 @@ class Log:
         self._dir_dirty = False
         self._sync_paths: list[str] = []  # files/dirs to fsync with the next flush
         self._closed = False
-        # Bytes appended since the log was opened: only grows (``size`` shrinks when retention or
-        # DeleteRecords drop segments), so long polls count new data with it.
+        # Bytes appended since the log was opened: only grows (``size`` shrinks when retention
+        # drops segments), so long polls count new data with it.
         self.appended_bytes = 0
 
     def __repr__(self) -> str:
@@ -439,14 +439,16 @@ class Log:
     # -- deletion ------------------------------------------------------------------------------
 
     def delete_records_before(self, offset: int) -> None:
-        """DeleteRecords: move the log start offset up to ``offset``; drop whole segments below."""
+        """DeleteRecords: move the log start offset up to ``offset``. As Kafka's
+        maybeIncrementLogStartOffset, no segment goes yet: those wholly below the start are
+        deleted by the next retention pass, and count for the size, MAX_TIMESTAMP and
+        timestamp searches until then."""
         end = self.end_offset
         if offset > end or offset < 0:
             raise OffsetOutOfRange(offset, self.start_offset, end)
         if offset <= self.start_offset:
             return
         self._set_start_offset(offset)
-        self._drop_segments_below_start()
 
     def apply_retention(self, now_ms: int) -> int:
         """Delete old segments by retention.ms, then retention.bytes.

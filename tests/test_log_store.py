@@ -343,6 +343,17 @@ def test_retention_respects_policy_and_unlimited(make_store):
     assert log.apply_retention(10**12) == 3
 
 
+def test_retention_by_size_runs_before_retention_by_time(make_store):
+    """Kafka's UnifiedLog.deleteOldSegments deletes the segments below the log start, then by
+    retention.bytes, then by retention.ms, each from the oldest segment on: an expired segment
+    behind a newer one the size limit removes goes in the same pass."""
+    log = make_store(segment_bytes=1, retention_ms=5000).create("t", 0, TOPIC_ID, None)
+    _fill_one_batch_per_segment(log, [9000, 1000, 9500])
+    log.config = LogConfig(segment_bytes=1, retention_ms=5000, retention_bytes=log.size - log.segments[0].size)
+    assert log.apply_retention(10_000) == 2  # 9000 by size, then 1000 by time; 9500 is recent
+    assert (log.start_offset, [s.base_offset for s in log.segments]) == (2, [2])
+
+
 def test_retention_bytes_zero_empties_the_log(make_store):
     log = make_store(segment_bytes=10**6, retention_bytes=0).create("t", 0, TOPIC_ID, None)
     for i in range(3):

@@ -451,7 +451,9 @@ class Log:
         self._set_start_offset(offset)
 
     def apply_retention(self, now_ms: int) -> int:
-        """Delete old segments by retention.ms, then retention.bytes.
+        """Delete the segments below the log start, then old ones by retention.bytes, then by
+        retention.ms: the order of Kafka's ``deleteOldSegments``, which matters when a segment
+        is newer than the one after it.
 
         As Kafka's ``deletableSegments``, the active segment counts too unless it is empty: an
         idle partition's last records expire like any others. Deleting every segment rolls
@@ -462,10 +464,8 @@ class Log:
         cfg = self.config
         deleted = 0
         try:
+            deleted += self._drop_segments_below_start()
             if cfg.deletes:
-                if cfg.retention_ms >= 0:
-                    deleted += self._delete_oldest_while(
-                        lambda seg: now_ms - seg.largest_timestamp > cfg.retention_ms, "retention.ms")
                 if cfg.retention_bytes >= 0:
                     excess = self.size - cfg.retention_bytes
 
@@ -477,7 +477,9 @@ class Log:
                         return True
 
                     deleted += self._delete_oldest_while(over_size, "retention.bytes")
-            deleted += self._drop_segments_below_start()
+                if cfg.retention_ms >= 0:
+                    deleted += self._delete_oldest_while(
+                        lambda seg: now_ms - seg.largest_timestamp > cfg.retention_ms, "retention.ms")
         finally:
             segs = self._segments
             if segs[0].base_offset > self.start_offset:

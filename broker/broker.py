@@ -92,10 +92,10 @@ class Broker:
             self.share_manager.release_soon(group_id, member_id)
 
     def _share_topic_changed(self, changes: list[tuple[str, Topic | None]]) -> None:
-        for name, topic in changes:  # its per-topic share request counters go, share partitions or not
-            if topic is None:  # (Kafka: ReplicaManager.stopPartitions -> maybeRemoveTopicMetrics)
-                self.metrics.share.forget_topic(name)
-        if any(topic is None for _, topic in changes):  # (the listener is not told the deleted ids)
+        deleted = [name for name, topic in changes if topic is None]
+        for name in deleted:  # its share request counters go, share partitions or not (Kafka:
+            self.metrics.share.forget_topic(name)  # ReplicaManager.stopPartitions -> maybeRemoveTopicMetrics)
+        if deleted:  # (the listener is not told the deleted ids)
             gone = {key[1] for key, _ in self.share_manager.share_partitions() if self.topics.by_id(key[1]) is None}
             for topic_id in gone:  # (share sessions keep them, as Kafka's do: see ShareSession)
                 self.share_manager.forget_topic(topic_id)

@@ -470,7 +470,7 @@ class BrokerConfig:
         (validateAdvertisedBrokerListenersNonEmptyForBroker). Names compare upper-cased
         (ListenerName.normalised); those in ``controller.listener.names`` are not broker listeners."""
         def names(uris: list[str]) -> list[str]:
-            return list(dict.fromkeys(u.partition("://")[0].strip().upper() for u in uris))
+            return list(dict.fromkeys(_listener_name(u) for u in uris))
 
         listeners = names(self["listeners"])
         controller = self._controller_listener_names()

@@ -18,26 +18,21 @@ from collections.abc import Iterable, Mapping
 
 import pandas as pd
 
-from coordinator.group.share_offsets import java_long
+from coordinator.group.share_offsets import java_long, share_partition_lag as describe_lag
 
-__all__ = ["UNKNOWN", "share_partition_lag", "end_offset_at", "lag_table", "lag_totals", "group_history",
+__all__ = ["share_partition_lag", "end_offset_at", "lag_table", "lag_totals", "group_history",
            "LAG_COLUMNS"]
-
-UNKNOWN = -1  # Kafka's PartitionFactory.UNINITIALIZED_* for start offset, count and lag
 
 LAG_COLUMNS = ["group", "topic", "partition", "start_offset", "log_end_offset", "delivery_complete_count", "lag"]
 
 
 def share_partition_lag(log_end_offset: int | None, start_offset: int | None,
                         delivery_complete_count: int | None) -> int | None:
-    """The lag, or None when it is unknown."""
-    if log_end_offset is None or log_end_offset < 0:
+    """The lag DescribeShareGroupOffsets answers (the broker's own formula), or None when it is
+    unknown: no log end, or the broker's -1 for an uninitialised start offset or count."""
+    if log_end_offset is None or log_end_offset < 0 or start_offset is None or delivery_complete_count is None:
         return None
-    if start_offset is None or start_offset == UNKNOWN:
-        return None
-    if delivery_complete_count is None or delivery_complete_count == UNKNOWN:
-        return None
-    lag = java_long(log_end_offset - start_offset - delivery_complete_count)  # wraps as the broker's
+    lag = describe_lag(log_end_offset, start_offset, delivery_complete_count)
     # Kafka's admin client (ListShareGroupOffsetsHandler) reads a negative lag as no lag, and
     # kafka-share-groups.sh shows "-": a start offset altered past the log end is not a credit
     # to subtract from the group's total.

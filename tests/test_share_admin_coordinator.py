@@ -86,6 +86,19 @@ def test_alter_with_nothing_valid_writes_nothing():
     assert plan.records == [] and plan.request is None and not c.has_group("g")
 
 
+def test_alter_naming_only_missing_partitions_of_a_topic_records_it_and_creates_the_group():
+    """GroupMetadataManager.alterShareGroupOffsets puts every existing topic named in its
+    initializing map, with no partitions when none exists, so addInitializingTopicsRecords
+    writes the record (the new group is kept); buildInitializeShareGroupState has no topics,
+    so nothing is sent to the share coordinator."""
+    c = coordinator()
+    plan = alter(c, "new", [("orders", [(7, 1)])])
+    assert plan.results == [("orders", ORDERS.topic_id, [(7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)])]
+    assert plan.request is None and len(plan.records) == 1
+    assert c.has_group("new") and c.group_state("new") == "Empty" and initialized(c, "new") == {}
+    assert replayed(plan.records).snapshot() == c.snapshot()
+
+
 def test_alter_refuses_a_group_with_members_and_a_foreign_group():
     c = coordinator(foreign_group_type=lambda g: "classic" if g == "classic" else None)
     c.heartbeat("g", MEMBER, 0, None, ["orders"], "cli", HOST, 0)

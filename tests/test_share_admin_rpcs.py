@@ -286,6 +286,20 @@ def test_alter_offsets_errors(client, group, topic_name):
     assert alter(client, group, {topic_name: {0: 0}}).error_code == 0
 
 
+def test_alter_offsets_naming_only_missing_partitions_creates_the_group(client, group, topic_name):
+    """Kafka's alterShareGroupOffsets records an existing topic as initializing even when none
+    of the partitions named exists, which creates the (empty) group."""
+    create_topic(client, topic_name, 1)
+    resp = alter(client, group, {topic_name: {3: 0}})
+    assert [(p.partition_index, p.error_code) for t in resp.responses for p in t.partitions] == [
+        (3, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+    assert list_groups(client)[group].group_state == "Empty"
+    (d,) = share_describe(client, group)
+    assert (d.error_code, d.group_state, d.group_epoch, d.members) == (0, "Empty", 0, [])
+    assert offsets(client, group).topics == []
+    assert delete_groups(client, group) == {group: 0}
+
+
 def test_alter_offsets_lists_unknown_topics_first_and_each_topic_once(client, group, topic_name):
     """KafkaApis.handleAlterShareGroupOffsetsRequest adds the unknown topics to its response
     builder before merging the coordinator's answer, one entry per topic name."""

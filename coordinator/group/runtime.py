@@ -603,7 +603,8 @@ class GroupCoordinatorRuntime:
         plan = shard.coordinator.prepare_offsets_alter(group_id, topics, self._clock.now_ms())
         results = [AlteredTopic(name, tid, [(p, int(code), None) for p, code in rows])
                    for name, tid, rows in plan.results]
-        if plan.request is None:
+        if plan.request is None:  # nothing to initialise; a named topic may still be recorded
+            await self._written(shard, plan.records)
             return results
         pending = self._begin_initialization(plan.request)
         ok = False

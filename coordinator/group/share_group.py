@@ -710,7 +710,10 @@ class ShareGroupCoordinator:
         materialises when the record is replayed), one with members is NON_EMPTY_GROUP, a
         non-share group GROUP_ID_NOT_FOUND. Partitions of unknown topics, or beyond a topic's
         partition count, are UNKNOWN_TOPIC_OR_PARTITION; the others become initializing and
-        are to be initialised with their new start offset (state epoch = group epoch)."""
+        are to be initialised with their new start offset (state epoch = group epoch). As in
+        Kafka, every existing topic named joins the initializing set, with no partitions when
+        none of its partitions exists, so the record is written (and a new group created) even
+        when there is nothing to initialise."""
         if self._foreign_group_type(group_id) is not None:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} is not a share group.")
         group = self._groups.get(group_id) or ShareGroup(group_id)
@@ -733,16 +736,17 @@ class ShareGroupCoordinator:
                 else:
                     rows.append((p, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
             plan.results.append((name, topic.topic_id, rows))
-            if valid:
-                _, before = change.get(topic.topic_id, ("", frozenset()))
-                change[topic.topic_id] = (topic.name, before | frozenset(valid))
+            _, before = change.get(topic.topic_id, ("", frozenset()))
+            change[topic.topic_id] = (topic.name, before | frozenset(valid))
         if not change:
             return plan
         record = share_state.initializing_record(group, change, self._topics)
         self.replay(record)
         plan.records.append(record)
-        self._init_since.setdefault(group_id, {}).update(dict.fromkeys(change, now_ms))
-        plan.request = share_state.request_of(group_id, change, self._groups[group_id].group_epoch)
+        change = {t: v for t, v in change.items() if v[1]}
+        if change:
+            self._init_since.setdefault(group_id, {}).update(dict.fromkeys(change, now_ms))
+            plan.request = share_state.request_of(group_id, change, self._groups[group_id].group_epoch)
         return plan
 
     def prepare_offsets_delete(self, group_id: str, topic_names: Iterable[str]) -> OffsetsDeleteStep:

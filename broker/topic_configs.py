@@ -314,19 +314,25 @@ class ResolvedConfig:
 
 
 def _scaled(value: Any, scale: int) -> Any:
+    """A synonym's value in the topic config's unit: a plain product, as Kafka's ConfigSynonym
+    HOURS_TO_MILLISECONDS / MINUTES_TO_MILLISECONDS (a negative value stays negative)."""
     if scale == 1 or value is None:
         return value
-    return value * scale if value >= 0 else -1
+    return value * scale
 
 
 def effective_topic_value(d: TopicConfigDef, overrides: Mapping[str, str], cfg: BrokerConfig) -> Any:
-    """Typed value the topic's log uses: override, else first synonym with a value, else default."""
+    """Typed value the topic's log uses: override, else first synonym with a value, else default.
+
+    A negative broker retention (any of its three synonyms) is -1, unlimited, as Kafka's
+    ``KafkaConfig.logRetentionTimeMillis`` hands it to the topics' LogConfig."""
     if d.name in overrides:
         return d.parse(overrides[d.name])
     for broker_name, scale in d.synonyms:
         value = broker_value(cfg, broker_name)
         if value is not None:
-            return _scaled(value, scale)
+            value = _scaled(value, scale)
+            return -1 if d.name == "retention.ms" and value < 0 else value
     return d.default
 
 

@@ -74,6 +74,18 @@ def test_retention_synonyms_follow_kafka():
                               ("log.retention.hours", "2", 4), ("log.retention.hours", "168", 5))
 
 
+
+def test_a_negative_broker_retention_is_shown_as_kafka_shows_it():
+    """DescribeConfigs shows the topic's LogConfig value, where Kafka's logRetentionTimeMillis
+    made any negative broker retention -1; CreateTopics converts the synonym's string as
+    KafkaConfigSchema does, a plain product for hours and minutes."""
+    for props, created in (({"log.retention.ms": "-5"}, "-5"), ({"log.retention.minutes": "-3"}, "-180000"),
+                           ({"log.retention.hours": "-2"}, "-7200000")):
+        cfg = BrokerConfig(props)
+        (entry,) = describe_topic_configs({}, cfg, ["retention.ms"])
+        assert entry.value == "-1", props
+        assert dict((n, (v, s)) for n, v, s in creation_topic_configs({}, cfg))["retention.ms"] == (created, 4)
+
 ops = st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=3).map(",".join)
 
 

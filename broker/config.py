@@ -500,14 +500,14 @@ class BrokerConfig:
         check_broker_values(values)
         return values
 
-    def check_dynamic_layer(self, layer: Mapping[str, str], *, cluster_default: bool = False) -> None:
-        """Raise ConfigError if ``layer`` as the whole of this broker's (or the cluster-wide)
-        dynamic configs would not resolve; changes nothing. A validate_only AlterConfigs needs
-        it: Kafka checks the resulting config as a whole whether or not it applies it."""
+    def check_dynamic_layer(self, layer: Mapping[str, str], *, cluster_default: bool = False) -> dict[str, Any]:
+        """The values with ``layer`` as the whole of this broker's (or the cluster-wide) dynamic
+        configs, or ConfigError if they would not resolve; changes nothing. A validate_only
+        AlterConfigs needs it: Kafka checks the resulting config as a whole whether or not it
+        applies it."""
         if cluster_default:
-            self._resolved(self.dynamic, layer)
-        else:
-            self._resolved(layer, self.dynamic_default)
+            return self._resolved(self.dynamic, layer)
+        return self._resolved(layer, self.dynamic_default)
 
     def __getitem__(self, name: str) -> Any:
         if name in self._values:
@@ -699,24 +699,28 @@ def _require(condition: bool, message: str) -> None:
         raise ConfigError("requirement failed: " + message)
 
 
+def log_retention_ms(values: Mapping[str, Any]) -> int:
+    """Kafka's ``logRetentionTimeMillis``: log.retention.ms, else minutes, else hours; -1 if negative."""
+    retention = values["log.retention.ms"]
+    if retention is None:
+        minutes = values["log.retention.minutes"]
+        retention = minutes * 60_000 if minutes is not None else values["log.retention.hours"] * 3_600_000
+    return -1 if retention < 0 else retention
+
+
 def check_broker_values(values: Mapping[str, Any]) -> None:
     """The cross-property checks of Kafka's ``KafkaConfig.validateValues`` for the properties kshare
     has, in its order; it runs for a start-up config and for the result of a dynamic change."""
     if values["node.id"] != values["broker.id"]:
         raise ConfigError("You must set `node.id` to the same value as `broker.id`.")
-    hour, minute = 3_600_000, 60_000
+    hour = 3_600_000
     roll = values["log.roll.ms"]
     _require((roll if roll is not None else values["log.roll.hours"] * hour) >= 1,
              "log.roll.ms must be greater than or equal to 1")
     jitter = values["log.roll.jitter.ms"]
     _require((jitter if jitter is not None else values["log.roll.jitter.hours"] * hour) >= 0,
              "log.roll.jitter.ms must be greater than or equal to 0")
-    retention = values["log.retention.ms"]
-    if retention is None:
-        minutes = values["log.retention.minutes"]
-        retention = minutes * minute if minutes is not None else values["log.retention.hours"] * hour
-    _require(retention >= 1 or retention < 0,  # a negative value means -1
-             "log.retention.ms must be unlimited (-1) or, greater than or equal to 1")
+    _require(log_retention_ms(values) != 0, "log.retention.ms must be unlimited (-1) or, greater than or equal to 1")
     if values["max.connections.per.ip"] == 0:
         _require(bool(values["max.connections.per.ip.overrides"]), "max.connections.per.ip can be set to zero only "
                  "if max.connections.per.ip.overrides property is set.")

@@ -25,8 +25,8 @@ from protocol.errors import ErrorCode, KafkaError
 from .config import DEFS, LIST, PASSWORD, ConfigError, java_split
 from .topic_configs import (
     DEFAULT_CONFIG, DYNAMIC_BROKER_LOGGER_CONFIG, STATIC_BROKER_CONFIG, broker_layers, broker_synonym_names,
-    describe_topic_configs, parse_typed, render, synonym_entries, topic_config_default, topic_config_type,
-    validate_topic_configs,
+    check_log_reconfiguration, describe_topic_configs, parse_typed, render, synonym_entries, topic_config_default,
+    topic_config_type, validate_topic_configs,
 )
 from .topics import validate_topic_name
 
@@ -289,9 +289,10 @@ class BrokerConfigProvider:
             except ConfigError as e:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, str(e)) from None
         try:
-            broker.config.check_dynamic_layer(new, cluster_default=not name)
+            values = broker.config.check_dynamic_layer(new, cluster_default=not name)
         except ConfigError as e:
             raise KafkaError(ErrorCode.INVALID_REQUEST, str(e)) from None
+        check_log_reconfiguration(broker.config, new, values, cluster_default=not name)
 
     @staticmethod
     def _install(broker: Broker, name: str, new: dict[str, str]) -> None:

@@ -21,7 +21,7 @@ from protocol.errors import ErrorCode, KafkaError
 
 from .config import (
     BOOLEAN, DEFS, DOUBLE, INT, LIST, LONG, STRING, BrokerConfig, ConfigDef, ConfigError, check_valid_list, invalid,
-    parse_typed,
+    log_retention_ms, parse_typed,
 )
 
 LONG_MAX = (1 << 63) - 1
@@ -410,6 +410,26 @@ def validate_topic_configs(configs: Mapping[str, str | None], cfg: BrokerConfig)
     if merged("remote.storage.enable") and not broker_value(cfg, "remote.log.storage.system.enable"):
         raise KafkaError(ErrorCode.INVALID_CONFIG, "Tiered Storage functionality is disabled in the broker. "
                          "Topic cannot be configured with remote log storage.")
+
+
+# Kafka's DynamicLogConfig.reconfigurableConfigs: the broker property each topic config defaults to.
+LOG_RECONFIGURABLE = frozenset(d.synonyms[0][0] for d in _TOPIC_DEFS if d.synonyms)
+
+
+def check_log_reconfiguration(cfg: BrokerConfig, layer: Mapping[str, str], values: Mapping[str, Any], *,
+                              cluster_default: bool) -> None:
+    """Kafka's DynamicLogConfig.validateReconfiguration, which DynamicBrokerConfig runs only when
+    a dynamic change (``layer``, giving ``values``) alters one of ``LOG_RECONFIGURABLE``: a local
+    (tiered storage) retention must be neither unlimited nor above a limited retention. Kafka
+    wraps the cause, so the client reads only "Invalid dynamic configuration" (INVALID_REQUEST)."""
+    old = {**cfg.static, **cfg.dynamic_default, **cfg.dynamic}
+    new = {**cfg.static, **layer, **cfg.dynamic} if cluster_default else {**cfg.static, **cfg.dynamic_default, **layer}
+    if all(old.get(k) == new.get(k) for k in LOG_RECONFIGURABLE):
+        return
+    for limit, local in ((log_retention_ms(values), values["log.local.retention.ms"]),
+                         (values["log.retention.bytes"], values["log.local.retention.bytes"])):
+        if limit >= 0 and local != -2 and (local == -1 or local > limit):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Invalid dynamic configuration")
 
 
 def topic_config_type(name: str) -> int | None:

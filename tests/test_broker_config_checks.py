@@ -6,6 +6,8 @@ import json
 import pytest
 
 from broker.config import DYNAMIC_CONFIG_FILE, BrokerConfig, ConfigError, read_properties
+from broker.config_resources import BROKER, DELETE, PROVIDERS, SET, AlterOp
+from protocol.errors import ErrorCode, KafkaError
 
 
 RETENTION = "requirement failed: log.retention.ms must be unlimited (-1) or, greater than or equal to 1"
@@ -161,3 +163,28 @@ def test_the_advertised_address_is_the_served_listeners():
         == ("127.0.0.1", 9092)
     with pytest.raises(ConfigError, match="cannot use the nonroutable meta-address 0.0.0.0"):
         BrokerConfig({**props, "listeners": "PLAINTEXT://127.0.0.1:9092,INTERNAL://0.0.0.0:9093"})
+
+
+async def test_a_log_config_change_must_keep_local_retention_within_retention(local):
+    """Kafka's DynamicLogConfig.validateReconfiguration, run when a change touches a topic config's
+    broker default: a local retention may be neither unlimited nor above a limited retention.
+    DynamicBrokerConfig wraps the cause, so the client reads only "Invalid dynamic configuration"."""
+    provider = PROVIDERS[BROKER]
+    for name, ops in (("1", [AlterOp("log.local.retention.ms", SET, "-1")]),
+                      ("", [AlterOp("log.retention.bytes", SET, "100"),
+                            AlterOp("log.local.retention.bytes", SET, "101")]),
+                      ("1", [AlterOp("log.retention.ms", SET, "1000"),
+                             AlterOp("log.local.retention.ms", SET, "1001")])):
+        for validate_only in (True, False):
+            with pytest.raises(KafkaError) as e:
+                provider.incremental_alter(local, name, ops, validate_only)
+            assert (e.value.code, e.value.message) == (ErrorCode.INVALID_REQUEST, "Invalid dynamic configuration")
+    assert not local.config.dynamic and not local.config.dynamic_default
+    provider.incremental_alter(local, "1", [AlterOp("log.retention.ms", SET, "1000"),
+                                            AlterOp("log.local.retention.ms", SET, "1000")], False)
+    provider.incremental_alter(local, "", [AlterOp("log.retention.ms", SET, "999")], False)  # this broker's wins
+    with pytest.raises(KafkaError):
+        provider.incremental_alter(local, "1", [AlterOp("log.retention.ms", SET, "999")], False)
+    provider.incremental_alter(local, "1", [AlterOp("log.retention.ms", DELETE, None),
+                                            AlterOp("log.local.retention.ms", DELETE, None)], False)
+    assert (local.config.dynamic, local.config.dynamic_default) == ({}, {"log.retention.ms": "999"})

@@ -375,10 +375,12 @@ class Partitions:
         # message.timestamp.before.max.ms means looking at every record, as Kafka does.
         if not (bad(h.base_timestamp) or bad(h.max_timestamp)) and before >= LONG_MAX:
             return
-        # The offsets as the producer numbered them: Kafka validates before assigning.
+        # The offsets as the producer numbered them: Kafka validates before assigning. Its upper
+        # bound is a Java long: message.timestamp.after.max.ms = Long.MAX_VALUE wraps it negative.
+        upper = (now_ms + after + (1 << 63)) % (1 << 64) - (1 << 63)
         errors = [
             (i, f"Timestamp {rec.timestamp} of message with offset {rec.offset} is out of range. "
-                f"The timestamp should be within [{now_ms - before}, {now_ms + after}]")
+                f"The timestamp should be within [{now_ms - before}, {upper}]")
             for i, rec in enumerate(self._records(lg, data)) if bad(rec.timestamp)
         ]
         self._timestamp_errors(lg, errors, keyless)

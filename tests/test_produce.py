@@ -286,6 +286,19 @@ async def test_timestamps_out_of_bounds_are_invalid_timestamp_with_record_errors
     assert local.store.get("t", 0).end_offset == 1
 
 
+async def test_the_timestamp_bounds_in_the_message_are_java_longs(local):
+    """LogValidator.validateTimestamp prints now + message.timestamp.after.max.ms as a Java long,
+    so Long.MAX_VALUE (no limit on future timestamps) shows a wrapped, negative upper bound."""
+    long_max = (1 << 63) - 1
+    local.topics.create("t", 1, {"message.timestamp.after.max.ms": str(long_max),
+                                  "message.timestamp.before.max.ms": "1000"})
+    ts = int(time.time() * 1000) - 3_600_000
+    p = await produce_one(local, "t", build_batch([(None, b"old", [], ts)]))
+    assert p.error_code == ErrorCode.INVALID_TIMESTAMP
+    message = p.record_errors[0].batch_index_error_message
+    low, high = (int(x) for x in message.rpartition("[")[2].rstrip("]").split(", "))
+    assert high == low + 1000 + long_max - (1 << 64) < 0
+
 async def test_a_producers_log_append_time_batch_counts_as_create_time_on_a_create_time_topic(local):
     """Kafka's LogValidator reads every record of such a batch at its max timestamp, checks that,
     and stores the batch as CreateTime; LogAppendTime topics, and a batch with no max timestamp,

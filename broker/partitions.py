@@ -23,9 +23,10 @@ be older than the first. The header's maxTimestamp is trusted to match the recor
 recomputes it while validating).
 
 Start-up cost of producer state is bounded: load the newest valid ``.snapshot`` above the log
-start and at or below the log end (written when a segment rolls and at clean shutdown; others
-are deleted, as Kafka's truncateAndReload does), then replay batch headers after it, i.e. at
-most the active segment after a crash. With no usable snapshot, the last ``REPLAY_SEGMENTS``
+start and at or below the log end (written when a segment rolls, at clean shutdown, and at the
+log end after a load that replayed batches, as Kafka's rebuildProducerState; others are deleted,
+as Kafka's truncateAndReload does), then replay batch headers after it, i.e. at most the active
+segment after a crash. With no usable snapshot, the last ``REPLAY_SEGMENTS``
 segments are replayed.
 """
 
@@ -440,12 +441,17 @@ class Partitions:
                 start = offset
                 break
         segments = lg.segments
+        snapshot_offset = lg.start_offset if start is None else start  # Kafka's lastSnapOffset
         if start is None:
             start = lg.start_offset if files is None else segments[max(0, len(segments) - REPLAY_SEGMENTS)].base_offset
         replayed = self._replay(lg, state, max(start, lg.start_offset))
         if self._last_expiry_check_ms is not None:
             state.remove_expired(self._last_expiry_check_ms)
         state.map_end_offset = end
+        if files is not None and end > snapshot_offset:
+            # Kafka's rebuildProducerState ends with a snapshot at the log end: what a crash
+            # made it replay is kept, even once DeleteRecords or retention delete those records.
+            self._write_snapshot_file(files, name, end, state)
         if replayed or start != end:
             log.info(
                 "%s: loaded state of %d producer(s) from offset %d, replaying %d batch header(s)",
@@ -469,12 +475,15 @@ class Partitions:
         return n
 
     def _write_snapshot(self, slot: _ProducerSlot, offset: int) -> None:
-        if slot.snapshots is None:
-            return
+        if slot.snapshots is not None:
+            self._write_snapshot_file(slot.snapshots, f"{slot.log.topic}-{slot.log.partition}", offset, slot.state)
+
+    @staticmethod
+    def _write_snapshot_file(files: SnapshotFiles, name: str, offset: int, state: ProducerStateManager) -> None:
         try:
-            slot.snapshots.write(offset, slot.state.encode_snapshot())
+            files.write(offset, state.encode_snapshot())
         except OSError as e:  # a missing snapshot only makes the next start-up replay more
-            log.warning("%s-%d: could not write producer snapshot: %s", slot.log.topic, slot.log.partition, e)
+            log.warning("%s: could not write producer snapshot: %s", name, e)
 
     def write_snapshots(self) -> None:
         """Snapshot every loaded partition at its log end (clean shutdown)."""

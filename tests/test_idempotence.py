@@ -145,7 +145,9 @@ async def test_start_up_skips_snapshots_past_the_log_end_or_corrupt(tmp_path):
         files.delete(3)
         fresh = Partitions(b.store, b.waiters, b.config)
         state = fresh.producer_state(lg)
-        assert files.offsets() == []  # both dropped; the log's batch headers were replayed instead
+        # both dropped; the log's batch headers were replayed instead, and (as Kafka's
+        # rebuildProducerState) the result written at the log end
+        assert files.offsets() == [3]
         assert state.producers[42].last_seq == 2
         assert state.check(batch_header(42, 0, 2), lg.end_offset).last_offset == 2
     finally:
@@ -243,6 +245,32 @@ def test_producer_whose_records_expired_by_retention_is_forgotten_at_restart(bro
     with RawClient(b.bootstrap) as c:
         r = produce(c, topic_name, batch([b"y"], producer_id=pid, epoch=0, seq=10))
         assert (r.error_code, r.base_offset) == (0, 3)
+
+
+def test_a_crash_recovery_leaves_a_snapshot_at_the_log_end(broker_factory, topic_name):
+    """Kafka's LogLoader.rebuildProducerState ends with takeSnapshot(): after a crash the state
+    it replayed is written at the log end. Records then deleted (DeleteRecords) and a second
+    crash leave that snapshot in range, so a producer whose records are gone stays known: its
+    retry is still a duplicate, answered with the original offset, not appended again."""
+    from tests.test_delete_records import delete_records
+
+    b = broker_factory()
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        one, two = init_producer_id(c).producer_id, init_producer_id(c).producer_id
+        assert produce(c, topic_name, batch([b"a"], producer_id=one, epoch=0, seq=0)).base_offset == 0
+        assert produce(c, topic_name, batch([b"b"], producer_id=two, epoch=0, seq=0)).base_offset == 1
+    b.kill()  # no snapshot: the next load replays both batches
+    b.start()
+    with RawClient(b.bootstrap) as c:
+        assert [p[0] for p in describe_producers(c, (topic_name, [0]))[0][4]] == sorted([one, two])
+        assert delete_records(c, (topic_name, 0, 1)) == [(topic_name, 0, 0, 1)]
+    b.kill()
+    b.start()
+    with RawClient(b.bootstrap) as c:
+        assert [p[0] for p in describe_producers(c, (topic_name, [0]))[0][4]] == sorted([one, two])
+        retry = produce(c, topic_name, batch([b"a"], producer_id=one, epoch=0, seq=0))
+        assert (retry.error_code, retry.base_offset) == (0, 0)
 
 
 # -- DescribeProducers ----------------------------------------------------------------------------

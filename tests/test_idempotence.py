@@ -273,6 +273,27 @@ def test_a_crash_recovery_leaves_a_snapshot_at_the_log_end(broker_factory, topic
         assert (retry.error_code, retry.base_offset) == (0, 0)
 
 
+def test_delete_records_after_a_crash_keeps_the_producers_it_deletes(broker_factory, topic_name):
+    """Kafka loads every partition's producer state at start-up, so DeleteRecords (which leaves
+    the producers alone: onLogStartOffsetIncremented) cannot make it forget one. kshare loads on
+    first use, so DeleteRecords loads the state before it moves the log start."""
+    from tests.test_delete_records import delete_records
+
+    b = broker_factory()
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        one, two = init_producer_id(c).producer_id, init_producer_id(c).producer_id
+        assert produce(c, topic_name, batch([b"a"], producer_id=one, epoch=0, seq=0)).base_offset == 0
+        assert produce(c, topic_name, batch([b"b"], producer_id=two, epoch=0, seq=0)).base_offset == 1
+    b.kill()
+    b.start()
+    with RawClient(b.bootstrap) as c:
+        assert delete_records(c, (topic_name, 0, 1)) == [(topic_name, 0, 0, 1)]  # the first use
+        assert [p[0] for p in describe_producers(c, (topic_name, [0]))[0][4]] == sorted([one, two])
+        retry = produce(c, topic_name, batch([b"a"], producer_id=one, epoch=0, seq=0))
+        assert (retry.error_code, retry.base_offset) == (0, 0)
+
+
 # -- DescribeProducers ----------------------------------------------------------------------------
 
 DESCRIBE_PRODUCERS = 61

@@ -7,7 +7,9 @@ afterwards, -1 with an error. The internal topics get INVALID_TOPIC_EXCEPTION, a
 ``cleanup.policy`` lacks ``delete`` POLICY_VIOLATION, an unknown partition
 UNKNOWN_TOPIC_OR_PARTITION. A partition named twice is deleted up to its last offset and answered
 once, as Kafka collects the request into a map. Share groups see the new start at their next
-fetch: available records below it are archived, as after retention.
+fetch: available records below it are archived, as after retention. The partition's producer
+state is loaded first (kshare loads it on first use, Kafka at start-up), so the producers whose
+records go stay known, as in Kafka.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from protocol.messages.delete_records_response import (
     DeleteRecordsTopicResult,
 )
 
-from ..log import KafkaStorageError
+from ..log import READ_ERRORS, KafkaStorageError
 
 API_KEY = 21
 MIN_VERSION, MAX_VERSION = 0, 2
@@ -48,6 +50,11 @@ def delete_before(broker, topic: str, partition: int, offset: int) -> tuple[int,
     if not 0 <= offset <= lg.high_watermark:
         return ErrorCode.OFFSET_OUT_OF_RANGE, -1
     before = lg.start_offset
+    if offset > before:
+        try:
+            broker.partitions.producer_state(lg)
+        except (OSError, *READ_ERRORS) as e:  # a log that cannot be replayed: its appends fail too
+            log.warning("DeleteRecords: cannot load the producer state of %s-%d: %s", topic, partition, e)
     try:
         lg.delete_records_before(offset)
     except (OSError, KafkaStorageError) as e:

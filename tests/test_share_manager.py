@@ -588,6 +588,39 @@ async def test_a_share_partition_loading_while_its_topic_is_deleted_and_created_
         assert manager.share_partitions("g") == []
 
 
+async def test_an_acknowledgement_while_its_share_partition_loads_finds_no_records(tmp_path):
+    """Kafka caches a share partition before it reads its state (SharePartitionManager's
+    getOrCreateSharePartition, then maybeInitialize), so an acknowledgement that arrives
+    during the read (a network persister's round trip) reaches an empty cache:
+    SharePartition.acknowledge answers INVALID_RECORD_STATE, batch not found. Only a share
+    partition that is not there at all is UNKNOWN_TOPIC_OR_PARTITION."""
+    async with running_broker(tmp_path) as b:
+        manager = b.share_manager
+        topic_id = b.topics.create("t", 1).topic_id
+        code, _ = await manager.persister.initialize_state("g", topic_id, 0, state_epoch=1, start_offset=0)
+        assert code == ErrorCode.NONE
+        await produce(b, "t", [b"a"])
+        read = asyncio.Event()
+        reading = asyncio.Event()
+        read_state = manager.persister.read_state
+
+        async def held_read(*args, **kwargs):
+            state = await read_state(*args, **kwargs)
+            reading.set()
+            await read.wait()
+            return state
+
+        manager.persister = type("Held", (), {"read_state": staticmethod(held_read)})()
+        fetching = asyncio.ensure_future(manager.fetch("g", "m", [(topic_id, 0, "t")], params(0)))
+        await reading.wait()
+        acked = await manager.acknowledge("g", "m", {(topic_id, 0): [(0, 0, [1])]})
+        assert acked == {(topic_id, 0): (
+            ErrorCode.INVALID_RECORD_STATE,
+            "Batch record not found. The request batch offsets are not found in the cache.")}
+        read.set()
+        assert (await fetching)[(topic_id, 0)].acquired == [(0, 0, 1)]
+
+
 async def test_a_failed_load_is_logged_with_the_error_it_answers(tmp_path, caplog):
     """A fetch of a share partition nobody initialised answers UNKNOWN_SERVER_ERROR; the broker
     says why in its log, as Kafka's SharePartition.maybeInitialize does, so an operator

@@ -26,7 +26,7 @@ from ..log import READ_ERRORS
 from ..metrics import ShareGroupStats, SharePartitionStats, per_topic
 from ..partitions import data_key
 from .offset_reset import resolve_start_offset
-from .partition import AcquireResult, SharePartition, ShareStateError, Transition
+from .partition import _NOT_IN_CACHE, AcquireResult, SharePartition, ShareStateError, Transition
 from .served_records import served_records
 
 if TYPE_CHECKING:
@@ -472,11 +472,17 @@ class SharePartitionManager:
         stats = self.stats
         for (topic_id, p), batches in acks.items():
             leader = self._leaders.get((group_id, topic_id, p))
-            if leader is None or leader.sp is None:
+            if leader is None:
                 results[(topic_id, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, _NO_SHARE_PARTITION)
                 topic = self.broker.topics.by_id(topic_id)
                 if topic is not None:
                     topics.append((topic.name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION))
+                continue
+            if leader.sp is None:
+                # Still loading: Kafka caches a share partition before reading its state, so the
+                # acknowledgement meets an empty cache (SharePartition.acknowledge).
+                results[(topic_id, p)] = (ErrorCode.INVALID_RECORD_STATE, _NOT_IN_CACHE)
+                topics.append((leader.topic, ErrorCode.INVALID_RECORD_STATE))
                 continue
             t = leader.sp.acknowledge(member_id, batches, shape_checked=True)  # split_acks did
             if t.error_code:

@@ -536,3 +536,23 @@ def test_an_unknown_isolation_level_fails_the_request(broker, topic_name):
         resp = c.request(FETCH, 12, fetch_request("no-such-topic", 0, isolation_level=2))
         assert resp.error_code == 0  # nothing to read: never looked at
         assert fetch(c, topic_name, 0, isolation_level=1).error_code == 0
+
+
+def test_aborted_transactions_of_refused_partitions_are_kafkas(broker, topic_name):
+    """A partition set aside as unknown is FetchResponse.partitionResponse, whose
+    AbortedTransactions keeps the generated default (an empty array); a partition whose read
+    failed is ReplicaManager's error LogReadResult, with none (null) even for read_committed."""
+    with RawClient(broker.bootstrap) as c:
+        topic_id = create_topic(c, topic_name).topic_id
+        produce(c, topic_name, batch([b"a"]))
+        for version in (4, 12, 13, 18):
+            for isolation in (0, 1):
+                missing = "no-such-" + topic_name
+                topics = [FetchTopic(topic=topic_name, topic_id=topic_id, partitions=[_part(0, 9), _part(7, 0)]),
+                          FetchTopic(topic=missing, topic_id=random_uuid(), partitions=[_part(0, 0)])]
+                resp = c.request(FETCH, version, FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20,
+                                                              isolation_level=isolation, topics=topics))
+                rows = [(p.error_code, p.aborted_transactions) for t in resp.responses for p in t.partitions]
+                unknown_topic = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                assert rows == [(ErrorCode.OFFSET_OUT_OF_RANGE, None), (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []),
+                                (unknown_topic, [])], (version, isolation)

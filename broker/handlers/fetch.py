@@ -79,15 +79,24 @@ def _fetch_epoch_error(requested: int) -> ErrorCode | None:
 
 
 def _error_partition(index: int, code: ErrorCode) -> PartitionData:
+    """A partition whose read failed: ReplicaManager's error LogReadResult, without aborted
+    transactions (null) whatever the isolation level."""
     return PartitionData(
         partition_index=index, error_code=code, high_watermark=-1, last_stable_offset=-1,
         log_start_offset=-1, aborted_transactions=None, records=EMPTY,
     )
 
 
+def _unknown_partition(index: int, code: ErrorCode) -> PartitionData:
+    """A partition set aside as unknown: FetchResponse.partitionResponse, which leaves
+    AbortedTransactions at its generated default, an empty array (not null)."""
+    return PartitionData(partition_index=index, error_code=code, high_watermark=-1, records=EMPTY)
+
+
 def _set_error(pd: PartitionData, code: ErrorCode) -> None:
     pd.error_code = code
     pd.high_watermark = pd.last_stable_offset = pd.log_start_offset = -1
+    pd.aborted_transactions = None
     pd.records = EMPTY
 
 
@@ -157,10 +166,10 @@ def _plan(broker, req, v: int) -> _Plan:
         for fp in ft.partitions:
             index = fp.partition
             if topic is None:
-                plan.unknown.append((ft, _error_partition(index, missing)))
+                plan.unknown.append((ft, _unknown_partition(index, missing)))
                 continue
             if not 0 <= index < topic.partitions or (lg := store.get(topic.name, index)) is None:
-                plan.unknown.append((ft, _error_partition(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
+                plan.unknown.append((ft, _unknown_partition(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)))
                 continue
             if tr is None:
                 tr = _topic_response(ft, v)

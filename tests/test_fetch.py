@@ -556,3 +556,29 @@ def test_aborted_transactions_of_refused_partitions_are_kafkas(broker, topic_nam
                 unknown_topic = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 assert rows == [(ErrorCode.OFFSET_OUT_OF_RANGE, None), (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []),
                                 (unknown_topic, [])], (version, isolation)
+
+
+def test_a_negative_byte_limit_fails_the_read_that_would_use_it(broker, topic_name):
+    """ReplicaManager.readFromLog hands min(PartitionMaxBytes, what is left of MaxBytes) to the
+    log, whose LogSegment.read refuses a negative size (IllegalArgumentException, so
+    UNKNOWN_SERVER_ERROR) unless the fetch offset is the high watermark (nothing to read). What
+    is left never goes below 0 after a partition, so the next partition reads a first batch."""
+    other = topic_name + "-b"
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic_name)
+        create_topic(c, other)
+        produce(c, topic_name, batch([b"a"]))
+        produce(c, other, batch([b"b"]))
+
+        def rows(max_bytes, *parts):
+            topics = [FetchTopic(topic=t, partitions=[FetchPartition(fetch_offset=o, partition_max_bytes=m)])
+                      for t, o, m in parts]
+            resp = c.request(FETCH, 12, FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=max_bytes, topics=topics))
+            return [(p.error_code, p.high_watermark, [r.value for r in records_of(p.records)])
+                    for t in resp.responses for p in t.partitions]
+
+        failed = (ErrorCode.UNKNOWN_SERVER_ERROR, -1, [])
+        assert rows(1 << 20, (topic_name, 0, -1)) == [failed]
+        assert rows(1 << 20, (topic_name, 1, -1)) == [(0, 1, [])]  # at the high watermark: no read
+        assert rows(-1, (topic_name, 0, 100), (other, 0, 100)) == [failed, (0, 1, [b"b"])]
+        assert rows(-1, (topic_name, 1, 100), (other, 0, 100)) == [(0, 1, []), (0, 1, [b"b"])]

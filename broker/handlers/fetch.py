@@ -7,7 +7,8 @@ FETCH_SESSION_ID_NOT_FOUND and the client starts over with a full one.
 
 Reading follows ReplicaManager.readFromLog: partitions in request order, each limited by its
 PartitionMaxBytes and by what is left of min(MaxBytes, fetch.max.bytes); the first batch
-returned may exceed both so a consumer always progresses (KIP-74). While many response bytes
+returned may exceed both so a consumer always progresses (KIP-74); a negative limit fails
+that partition's read (UNKNOWN_SERVER_ERROR) unless there is nothing to read. While many response bytes
 wait for clients that stopped reading, the total shrinks (``Server.response_bytes``). Batches go
 out as slices of the segment reads, never re-encoded. If less than MinBytes is available, the
 request waits up to MaxWaitMs for appends to its partitions (``broker.partitions.wait_for_data``),
@@ -217,6 +218,8 @@ def _read(plan: _Plan, max_bytes: int, store) -> int:
     min_one = True
     total = 0
     for pd, lg, fp in plan.readable:
+        budget = min(fp.partition_max_bytes, limit)
+        limit = max(0, limit)  # readFromLog: what is left never goes below 0 after a partition
         if lg.closed or lg.offline:  # deleted, or gone offline, while we waited
             _set_error(pd, _gone(plan, lg, store) if lg.closed else plan.storage_error)
             plan.errors = True
@@ -235,7 +238,13 @@ def _read(plan: _Plan, max_bytes: int, store) -> int:
                 pd.records = EMPTY
                 plan.diverged = True
                 continue
-        budget = min(fp.partition_max_bytes, limit)
+        if budget < 0 and lg.start_offset <= fp.fetch_offset < lg.end_offset:
+            # LogSegment.read refuses a negative size (IllegalArgumentException); at the high
+            # watermark LocalLog.read answers empty without asking it
+            log.error("Error processing fetch with max size %d on partition %s-%d", budget, lg.topic, lg.partition)
+            _set_error(pd, ErrorCode.UNKNOWN_SERVER_ERROR)
+            plan.errors = True
+            continue
         try:
             r = lg.read(fp.fetch_offset, budget, min_one=min_one, headers=False, one_segment=True)
         except OffsetOutOfRange:

@@ -359,6 +359,25 @@ async def test_min_bytes_counts_appended_bytes_before_answering(local):
     assert len(records_of(resp.responses[0].partitions[0].records)) == 2
 
 
+async def test_min_bytes_counts_at_most_partition_max_bytes_of_each_partition(local):
+    """Kafka's DelayedFetch.tryComplete adds, per partition, the bytes from the fetch offset to
+    the high watermark capped at PartitionMaxBytes: a partition can never count for more, so with
+    MinBytes above it the fetch waits out MaxWaitMs however much is appended."""
+    local.topics.create("t", 1)
+    size = len(batch([b"y" * 100]))
+    await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"y" * 100])))
+    req = fetch_request("t", 0, max_wait_ms=30_000, min_bytes=2 * size, partition_max_bytes=size + size // 2)
+    task = asyncio.ensure_future(fetch_handler.handle(ctx(local, 1, 12), req))
+    while not local.partitions.waiting(data_key("t", 0)):  # one batch read: less than MinBytes
+        await asyncio.sleep(0)
+    for _ in range(3):
+        await produce_handler.handle(ctx(local, 0, 9), produce_request("t", batch([b"y" * 100])))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not task.done()  # at most PartitionMaxBytes counted: never MinBytes
+    task.cancel()
+
+
 async def test_a_fetch_offset_on_an_older_segment_answers_without_waiting_for_min_bytes(local):
     """Kafka's DelayedFetch completes at once when the fetch offset is on a segment older than
     the log end's (case F), whatever MinBytes asks; it waited MaxWaitMs."""

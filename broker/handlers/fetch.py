@@ -12,9 +12,10 @@ that partition's read (UNKNOWN_SERVER_ERROR) unless there is nothing to read. Wh
 wait for clients that stopped reading, the total shrinks (``Server.response_bytes``). Batches go
 out as slices of the segment reads, never re-encoded. If less than MinBytes is available, the
 request waits up to MaxWaitMs for appends to its partitions (``broker.partitions.wait_for_data``),
-counting the bytes appended since (never less when retention or DeleteRecords drop segments
-meanwhile), like Kafka's DelayedFetch, then reads again. As DelayedFetch (its case F), a fetch
-offset on a segment older than the log end's is enough whatever MinBytes asks: as Kafka's
+counting, like Kafka's DelayedFetch, each partition's bytes from its fetch offset on (at most its
+PartitionMaxBytes; never less when retention or DeleteRecords drop segments meanwhile), then
+reads again. As DelayedFetch (its case F), a fetch offset on a segment older than the log end's
+is enough whatever MinBytes asks: as Kafka's
 LocalLog.read, a partition is read from the fetch offset's segment only (the next one only when
 that one holds nothing at or after the offset), so such a fetch would never gather more. As Kafka's
 handleFetch, partitions that do not exist (unknown topic, topic id or partition) are set aside
@@ -108,7 +109,7 @@ class _Plan:
     (KafkaApis' ``erroneous``) and appends after the rest. ``errors``: a partition that exists
     was refused, which answers at once. ``storage_error``: this version's answer for an offline log."""
 
-    __slots__ = ("responses", "readable", "unknown", "errors", "diverged", "storage_error", "by_id")
+    __slots__ = ("responses", "readable", "unknown", "errors", "diverged", "storage_error", "by_id", "sizes")
 
     def __init__(self, v: int) -> None:
         self.responses: list[FetchableTopicResponse] = []
@@ -118,6 +119,7 @@ class _Plan:
         self.diverged = False  # a partition got DivergingEpoch, which answers at once
         self.storage_error = ErrorCode.NOT_LEADER_OR_FOLLOWER if v <= 5 else ErrorCode.KAFKA_STORAGE_ERROR
         self.by_id = v >= 13
+        self.sizes: list[int] = []  # bytes read from each readable partition by the last _read
 
 
 def _topic_key(v: int):
@@ -217,7 +219,8 @@ def _read(plan: _Plan, max_bytes: int, store) -> int:
     limit = max_bytes
     min_one = True
     total = 0
-    for pd, lg, fp in plan.readable:
+    sizes = plan.sizes = [0] * len(plan.readable)
+    for i, (pd, lg, fp) in enumerate(plan.readable):
         budget = min(fp.partition_max_bytes, limit)
         limit = max(0, limit)  # readFromLog: what is left never goes below 0 after a partition
         if lg.closed or lg.offline:  # deleted, or gone offline, while we waited
@@ -263,6 +266,7 @@ def _read(plan: _Plan, max_bytes: int, store) -> int:
             min_one = False
             limit = max(0, limit - r.size)
             total += r.size
+            sizes[i] = r.size
         else:
             pd.records = EMPTY
     return total
@@ -298,7 +302,7 @@ async def handle(ctx, req) -> FetchResponse:
     total = _read(plan, max_bytes, broker.store)
     if (total < min_bytes and req.max_wait_ms > 0 and plan.readable and not plan.errors and not plan.diverged
             and not any(_on_older_segment(lg, fp) for _pd, lg, fp in plan.readable)):
-        await _wait(broker, plan, total, min_bytes, req.max_wait_ms / 1000)
+        await _wait(broker, plan, min_bytes, req.max_wait_ms / 1000)
         _read(plan, max_bytes, broker.store)
     if plan.unknown:
         _append_unknown(plan, v)
@@ -308,21 +312,23 @@ async def handle(ctx, req) -> FetchResponse:
     return resp
 
 
-async def _wait(broker, plan: _Plan, have: int, min_bytes: int, max_wait_s: float) -> bool:
-    """Wait until about ``min_bytes`` are available (bytes appended since the first read)."""
+async def _wait(broker, plan: _Plan, min_bytes: int, max_wait_s: float) -> bool:
+    """Wait until ``min_bytes`` are available: as DelayedFetch.tryComplete, each partition counts
+    the bytes from its fetch offset on (what the first read got, plus appends since), at most its
+    PartitionMaxBytes."""
     partitions = broker.partitions
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max_wait_s
     keys = []
-    sizes = []
-    for pd, lg, fp in plan.readable:
+    sizes = []  # appended_bytes less what the first read got: what the fetch offset started from
+    for (pd, lg, fp), read in zip(plan.readable, plan.sizes):
         keys.append(data_key(lg.topic, lg.partition))
-        sizes.append(lg.appended_bytes)
+        sizes.append(lg.appended_bytes - read)
     while True:
         remaining = deadline - loop.time()
         if remaining <= 0 or not await partitions.wait_for_data(keys, remaining):
             return False
-        grown = have
+        grown = 0
         for (pd, lg, fp), size in zip(plan.readable, sizes):
             if lg.closed or lg.offline or fp.fetch_offset > lg.end_offset or fp.fetch_offset < lg.start_offset:
                 return True  # deleted, offline or moved under us: answer now, the read reports it

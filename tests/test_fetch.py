@@ -573,8 +573,8 @@ def test_aborted_transactions_of_refused_partitions_are_kafkas(broker, topic_nam
                                                               isolation_level=isolation, topics=topics))
                 rows = [(p.error_code, p.aborted_transactions) for t in resp.responses for p in t.partitions]
                 unknown_topic = ErrorCode.UNKNOWN_TOPIC_ID if version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-                assert rows == [(ErrorCode.OFFSET_OUT_OF_RANGE, None), (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, []),
-                                (unknown_topic, [])], (version, isolation)
+                assert rows == [(ErrorCode.OFFSET_OUT_OF_RANGE, None), (unknown_topic, []),
+                                (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])], (version, isolation)
 
 
 def test_a_negative_byte_limit_fails_the_read_that_would_use_it(broker, topic_name):
@@ -601,3 +601,25 @@ def test_a_negative_byte_limit_fails_the_read_that_would_use_it(broker, topic_na
         assert rows(1 << 20, (topic_name, 1, -1)) == [(0, 1, [])]  # at the high watermark: no read
         assert rows(-1, (topic_name, 0, 100), (other, 0, 100)) == [failed, (0, 1, [b"b"])]
         assert rows(-1, (topic_name, 1, 100), (other, 0, 100)) == [(0, 1, []), (0, 1, [b"b"])]
+
+
+def test_a_consumer_hears_of_unknown_topic_ids_before_unknown_partitions(broker, topic_name):
+    """KafkaApis.handleFetchRequest sets aside a consumer's partitions of unknown topic ids in
+    a first pass and those of unknown partitions in a second, so the response lists the first
+    before the second whatever the request's order; a follower's single pass keeps the order."""
+    with RawClient(broker.bootstrap) as c:
+        topic_id = create_topic(c, topic_name).topic_id
+        gone = random_uuid()
+
+        def rows(replica_id):
+            req = FetchRequest(max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, topics=[
+                FetchTopic(topic_id=topic_id, partitions=[_part(7, 0)]),
+                FetchTopic(topic_id=gone, partitions=[_part(0, 0)])])
+            req.replica_state = ReplicaState(replica_id=replica_id, replica_epoch=-1)
+            resp = c.request(FETCH, 16, req)
+            return [(t.topic_id, p.partition_index, p.error_code) for t in resp.responses for p in t.partitions]
+
+        unknown_id = (gone, 0, ErrorCode.UNKNOWN_TOPIC_ID)
+        unknown_partition = (topic_id, 7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        assert rows(-1) == [unknown_id, unknown_partition]
+        assert rows(2) == [unknown_partition, unknown_id]

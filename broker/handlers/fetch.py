@@ -19,7 +19,8 @@ is enough whatever MinBytes asks: as Kafka's
 LocalLog.read, a partition is read from the fetch offset's segment only (the next one only when
 that one holds nothing at or after the offset), so such a fetch would never gather more. As Kafka's
 handleFetch, partitions that do not exist (unknown topic, topic id or partition) are set aside
-and answered after the others without cutting the wait short; an error met reading a partition
+and answered after the others (for a consumer, unknown topic ids before unknown partitions)
+without cutting the wait short; an error met reading a partition
 that exists (epochs, offsets, a damaged or offline log) answers at once. A partition named twice
 is answered once, with the later entry's values (Kafka keys them in a LinkedHashMap).
 
@@ -191,6 +192,8 @@ def _plan(broker, req, v: int) -> _Plan:
             pd = PartitionData(partition_index=index, aborted_transactions=[] if committed else None, records=EMPTY)
             tr.partitions.append(pd)
             plan.readable.append((pd, lg, fp))
+    if not from_follower:  # handleFetchRequest sets a consumer's unknown topic ids aside in a first pass
+        plan.unknown.sort(key=lambda entry: entry[1].error_code != ErrorCode.UNKNOWN_TOPIC_ID)
     return plan
 
 

@@ -19,7 +19,7 @@ import math
 from typing import NamedTuple
 
 __all__ = ["EARLIEST", "LATEST", "OffsetRange", "Timestamps", "parse_offsets", "parse_timestamps", "check_assigned",
-           "check_limits", "resolve_offsets", "split_ranges"]
+           "check_batch_limits", "check_limits", "resolve_offsets", "split_ranges"]
 
 EARLIEST = -2
 LATEST = -1
@@ -74,6 +74,21 @@ def check_assigned(spec, assigned: set[tuple[str, int]], what: str) -> None:
     if given != assigned:
         raise ValueError(f"{what} must specify all TopicPartitions (use -1 for latest, -2 for earliest). "
                          f"Specified: {sorted(given)} Assigned: {sorted(assigned)}")
+
+
+def check_batch_limits(starting, ending) -> None:
+    """Spark's ``KafkaSourceProvider.validateBatchOptions``: a batch read cannot start at latest
+    nor end at earliest, refused with Spark's messages before any broker is asked."""
+    if starting == LATEST:
+        raise ValueError("starting offset can't be latest for batch queries on Kafka")
+    if isinstance(starting, dict):
+        for t, p in sorted((t, p) for t, parts in starting.items() for p, o in parts.items() if o == LATEST):
+            raise ValueError(f"startingOffsets for {t}-{p} can't be latest for batch queries on Kafka")
+    if ending == EARLIEST:
+        raise ValueError("ending offset can't be earliest for batch queries on Kafka")
+    if isinstance(ending, dict):
+        for t, p in sorted((t, p) for t, parts in ending.items() for p, o in parts.items() if o == EARLIEST):
+            raise ValueError(f"ending offset for {t}-{p} can't be earliest for batch queries on Kafka")
 
 
 def check_limits(starting, ending) -> None:

@@ -55,6 +55,7 @@ from .offsets import (
     OffsetRange,
     Timestamps,
     check_assigned,
+    check_batch_limits,
     check_limits,
     parse_offsets,
     parse_timestamps,
@@ -101,9 +102,11 @@ class _Options:
 
     def __init__(self, options, default_topic: str | None) -> None:
         opts = _lowered(options)
-        self.bootstrap = opts.get("kafka.bootstrap.servers") or opts.get("bootstrap.servers")
-        if not self.bootstrap:
-            raise ValueError("option kafka.bootstrap.servers (host:port[,host:port...]) is required")
+        # As Spark's validateBatchOptions: the offset limits first, then the general options.
+        # (As Spark's getKafkaOffsetRangeLimit: a timestamp, then timestamps per partition, then offsets.)
+        self.starting = parse_timestamps(opts, "starting") or parse_offsets(opts.get("startingoffsets"), EARLIEST)
+        self.ending = parse_timestamps(opts, "ending") or parse_offsets(opts.get("endingoffsets"), LATEST)
+        check_batch_limits(self.starting, self.ending)
         # KafkaSourceProvider.validateGeneralOptions / strategy: one of subscribe, subscribePattern
         # and assign (here ``topic`` or the source's default topic stand in for subscribe).
         strategies = [k for k in ("subscribe", "subscribepattern", "assign") if k in opts]
@@ -133,9 +136,6 @@ class _Options:
             self.topics = list(self.assign)
         elif not self.topics and self.pattern is None:
             raise ValueError(f"No topics to subscribe to as specified value for option 'subscribe' is '{topics}'")
-        # As Spark's getKafkaOffsetRangeLimit: a timestamp, then timestamps per partition, then offsets.
-        self.starting = parse_timestamps(opts, "starting") or parse_offsets(opts.get("startingoffsets"), EARLIEST)
-        self.ending = parse_timestamps(opts, "ending") or parse_offsets(opts.get("endingoffsets"), LATEST)
         strategy = str(opts.get("startingoffsetsbytimestampstrategy", "error")).upper()
         if strategy not in ("ERROR", "LATEST"):
             raise ValueError(f"startingOffsetsByTimestampStrategy must be error or latest, got {strategy.lower()}")
@@ -148,14 +148,23 @@ class _Options:
         if self.min_partitions is not None and self.min_partitions <= 0:
             raise ValueError("minPartitions must be positive")
         _check_kafka_options(opts)
+        self.bootstrap = opts.get("kafka.bootstrap.servers") or opts.get("bootstrap.servers")
+        if not self.bootstrap:
+            raise ValueError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
         self.fetch_max_bytes = int(opts.get("fetchmaxbytes", DEFAULT_FETCH_MAX_BYTES))
         self.batch_rows = int(opts.get("batchrows", DEFAULT_BATCH_ROWS))
 
 
 _UNSUPPORTED_KAFKA_OPTIONS = {
     # KafkaSourceProvider.validateGeneralOptions
-    "auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported. Instead set the source option "
-                         "'startingoffsets' to 'earliest' or 'latest' to specify where to start.",
+    "auto.offset.reset": "\nKafka option 'auto.offset.reset' is not supported.\n"
+                         "Instead set the source option 'startingoffsets' to 'earliest' or 'latest'\n"
+                         "to specify where to start. Structured Streaming manages which offsets are consumed\n"
+                         "internally, rather than relying on the kafkaConsumer to do it. This will ensure that no\n"
+                         "data is missed when new topics/partitions are dynamically subscribed. Note that\n"
+                         "'startingoffsets' only applies when a new Streaming query is started, and\n"
+                         "that resuming will always pick up from where the query left off. See the docs for more\n"
+                         "details.\n         ",
     "key.deserializer": "Kafka option 'key.deserializer' is not supported as keys are deserialized as byte arrays "
                         "with ByteArrayDeserializer. Use DataFrame operations to explicitly deserialize the keys.",
     "value.deserializer": "Kafka option 'value.deserializer' is not supported as values are deserialized as byte "

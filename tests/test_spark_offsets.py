@@ -111,9 +111,26 @@ def test_options_refused_as_sparks_kafka_source():
                            ({"kafka.isolation.level": "read_committed"}, "read_committed' is not supported"),
                            ({"subscribe": " , "}, "No topics to subscribe"),
                            ({"startingTimestamp": "soon"}, "Expected a single long value, got soon"),
-                           ({"startingOffsetsByTimestampStrategy": "earliest"}, "must be error or latest")]:
+                           ({"startingOffsetsByTimestampStrategy": "earliest"}, "must be error or latest"),
+                           # validateBatchOptions, with its messages, before any broker is asked
+                           ({"startingOffsets": "LATEST"}, "^starting offset can't be latest for batch queries on "
+                                                           "Kafka$"),
+                           ({"startingOffsets": '{"t": {"1": 0, "0": -1}}'},
+                            "^startingOffsets for t-0 can't be latest for batch queries on Kafka$"),
+                           ({"endingOffsets": "earliest"}, "^ending offset can't be earliest for batch queries on "
+                                                           "Kafka$"),
+                           ({"endingOffsets": '{"t": {"0": -1, "1": -2}}'},
+                            "^ending offset for t-1 can't be earliest for batch queries on Kafka$")]:
         with pytest.raises(ValueError, match=message):
             source_options({**base, **extra})
+    with pytest.raises(ValueError) as e:
+        source_options({**base, "kafka.auto.offset.reset": "earliest"})
+    assert str(e.value).splitlines()[1:3] == [
+        "Kafka option 'auto.offset.reset' is not supported.",
+        "Instead set the source option 'startingoffsets' to 'earliest' or 'latest'"]
+    with pytest.raises(ValueError, match="^Option 'kafka.bootstrap.servers' must be specified for configuring Kafka "
+                                         "consumer$"):
+        source_options({"subscribe": "t"})
     assert source_options({**base, "subscribe": "t, u,t"}).topics == ["t", "u"]
     kafka = {"kafka.bootstrap.servers": "h:1"}
     assert source_options({**kafka, "assign": '{"t": [0, 1], "u": [2]}'}, None).assign == {"t": {0, 1}, "u": {2}}

@@ -36,7 +36,7 @@ from protocol.records import (
     walk_headers,
 )
 
-from .offsets import OffsetRange
+from .offsets import OffsetRange, data_loss_message
 
 __all__ = ["TopicInfo", "Cluster", "DataLossError", "LogStartMovedError", "EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP"]
 
@@ -265,8 +265,7 @@ class Cluster:
                         return
                     offset = start
                     continue
-                message = (f"{r.topic}-{r.partition}: offset {offset} is out of range "
-                           f"(log start {start}); records planned for this read are gone")
+                message = data_loss_message(r.topic, r.partition, offset, r.end)  # as KafkaDataConsumer.get
                 if offset < start:  # deleted from the front while we read
                     raise LogStartMovedError(message, r.topic, r.partition, offset, start)
                 raise DataLossError(message)
@@ -293,8 +292,7 @@ class Cluster:
             if offset >= p.high_watermark:
                 if not fail_on_data_loss:  # as Spark's KafkaDataConsumer.getEarliestAvailableOffsetBetween
                     return
-                raise DataLossError(f"{r.topic}-{r.partition}: the log ends at {p.high_watermark}, "
-                                    f"before the planned end {r.end}")
+                raise DataLossError(data_loss_message(r.topic, r.partition, offset, r.end))
             if attempt >= self.retries:
                 raise DataLossError(f"{r.topic}-{r.partition}: no records at offset {offset} below the "
                                     f"high watermark {p.high_watermark}")

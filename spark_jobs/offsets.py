@@ -19,7 +19,8 @@ import math
 from typing import NamedTuple
 
 __all__ = ["EARLIEST", "LATEST", "OffsetRange", "Timestamps", "parse_offsets", "parse_timestamps", "check_assigned",
-           "check_batch_limits", "check_limits", "resolve_offsets", "split_ranges"]
+           "check_batch_limits", "check_limits", "resolve_offsets", "bound_range", "data_loss_message",
+           "split_ranges"]
 
 EARLIEST = -2
 LATEST = -1
@@ -147,16 +148,10 @@ def resolve_offsets(
     latest: dict[int, int],
     *,
     ending: bool,
-    fail_on_data_loss: bool = True,
 ) -> dict[int, int]:
-    """Concrete offsets per partition of ``topic`` (the keys of ``latest``).
-
-    ``earliest`` / ``latest`` are the log start and end offsets now. A starting offset below
-    the log start is lost data: an error, or moved up to the log start when
-    ``fail_on_data_loss`` is off (Spark's ``failOnDataLoss``). An ending offset past the log
-    end is an error too, or moved down to the log end; a starting one past the log end is kept
-    (``plan_ranges`` fails a start after a resolved end, as Spark's batch read does).
-    """
+    """Concrete offsets per partition of ``topic`` (the keys of ``latest``): -2 is the log start
+    (``earliest``), -1 the log end (``latest``), any other offset is kept as given, inside the
+    log or not (``bound_range`` then tells what a range outside the log reads)."""
     if isinstance(spec, int):
         chosen = {p: spec for p in latest}
     else:
@@ -167,29 +162,49 @@ def resolve_offsets(
         chosen = {p: given.get(p, LATEST if ending else EARLIEST) for p in latest}
     out = {}
     for p, o in chosen.items():
-        lo, hi = earliest[p], latest[p]
         if o == EARLIEST:
             if ending:
                 raise ValueError("ending offsets cannot be earliest (-2) in a batch read")
-            o = lo
+            o = earliest[p]
         elif o == LATEST:
             if not ending:
                 raise ValueError("starting offsets cannot be latest (-1) in a batch read")
-            o = hi
+            o = latest[p]
         elif o < 0:
             raise ValueError(f"invalid offset {o} for {topic}-{p}: use -2 (earliest), -1 (latest) or >= 0")
-        if o > hi and ending:
-            if fail_on_data_loss:
-                raise ValueError(f"offset {o} of {topic}-{p} is past its log end offset {hi}")
-            o = hi
-        if o < lo:
-            if fail_on_data_loss and not ending:
-                raise ValueError(
-                    f"offset {o} of {topic}-{p} is below its log start offset {lo}: records were "
-                    "deleted (set failOnDataLoss=false to start at the log start instead)")
-            o = lo
         out[p] = o
     return out
+
+
+def data_loss_message(topic: str, partition: int, start: int, end: int) -> str:
+    """Spark's KAFKA_DATA_LOSS.COULD_NOT_READ_OFFSET_RANGE text for ``[start, end)`` (no
+    consumer group here: Spark's ``null``)."""
+    return ("Some data may have been lost because they are not available in Kafka any more;\n"
+            "either the data was aged out by Kafka or the topic may have been deleted before all the data in the\n"
+            "topic was processed.\n"
+            "If you don't want your streaming query to fail on such cases, set the source option failOnDataLoss "
+            "to false.\n"
+            f"Reason: Could not read records in offset [{start}, {end}) for topic partition {topic}-{partition}\n"
+            "with consumer group null.")
+
+
+def bound_range(topic: str, partition: int, start: int, end: int, log_start: int, log_end: int, *,
+                fail_on_data_loss: bool = True) -> OffsetRange:
+    """``[start, end)`` of one partition as Spark's batch read takes it (``KafkaSourceRDD.compute``
+    with ``KafkaDataConsumer.get``): a start after the end fails, whatever ``failOnDataLoss``; an
+    empty range reads nothing wherever it lies; a non-empty one reaching outside the log
+    ``[log_start, log_end)`` is lost data: an error (here when planning rather than once the
+    read gets there), or cut to the log with ``fail_on_data_loss`` off (possibly to nothing)."""
+    if start > end:
+        raise ValueError(f"Beginning offset {start} is after the ending offset {end} for topic {topic} partition "
+                         f"{partition}. You either provided an invalid fromOffset, or the Kafka topic has been damaged")
+    if start < end and (start < log_start or end > log_end):
+        if fail_on_data_loss:
+            # where Spark's read would stop: at the start below the log, else at the log end
+            at = start if start < log_start or start >= log_end else log_end
+            raise ValueError(data_loss_message(topic, partition, at, end))
+        start, end = max(start, log_start), min(end, log_end)
+    return OffsetRange(topic, partition, start, end)
 
 
 def split_ranges(ranges: list[OffsetRange], max_offsets_per_split: int | None = None,

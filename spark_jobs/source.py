@@ -54,6 +54,7 @@ from .offsets import (
     LATEST,
     OffsetRange,
     Timestamps,
+    bound_range,
     check_assigned,
     check_batch_limits,
     check_limits,
@@ -236,20 +237,13 @@ def plan_ranges(opts: _Options) -> list[OffsetRange]:
         starting = _by_timestamp(cluster, opts.starting, bounds, ending=False, no_match_latest=opts.no_match_latest)
         ending = _by_timestamp(cluster, opts.ending, bounds, ending=True, no_match_latest=True)
         for topic, (earliest, latest) in bounds.items():
-            start = resolve_offsets(starting, topic, earliest, latest, ending=False,
-                                    fail_on_data_loss=opts.fail_on_data_loss)
-            end = resolve_offsets(ending, topic, earliest, latest, ending=True,
-                                  fail_on_data_loss=opts.fail_on_data_loss)
+            start = resolve_offsets(starting, topic, earliest, latest, ending=False)
+            end = resolve_offsets(ending, topic, earliest, latest, ending=True)
             for p in sorted(latest):
-                # Spark's batch read ("kafka" is in spark.sql.sources.useV1SourceList by default:
-                # KafkaSourceRDD.compute) asserts this once the end is resolved; only an explicit
-                # end past the log end, cut to it by failOnDataLoss=false, reads nothing instead.
-                explicit = ending.get(topic, {}).get(p, LATEST) if isinstance(ending, dict) else LATEST
-                if start[p] > end[p] and explicit <= latest[p]:
-                    raise ValueError(f"Beginning offset {start[p]} is after the ending offset {end[p]} for topic "
-                                     f"{topic} partition {p}. You either provided an invalid fromOffset, or the "
-                                     "Kafka topic has been damaged")
-                ranges.append(OffsetRange(topic, p, start[p], end[p]))
+                # Spark's batch read ("kafka" is in spark.sql.sources.useV1SourceList by default):
+                # KafkaSourceRDD.compute and KafkaDataConsumer.get on each range
+                ranges.append(bound_range(topic, p, start[p], end[p], earliest[p], latest[p],
+                                          fail_on_data_loss=opts.fail_on_data_loss))
     return split_ranges(ranges, opts.max_offsets_per_split, opts.min_partitions)
 
 

@@ -11,7 +11,9 @@ from spark_jobs.offsets import (
     LATEST,
     OffsetRange,
     Timestamps,
+    bound_range,
     check_limits,
+    data_loss_message,
     parse_offsets,
     resolve_offsets,
     split_ranges,
@@ -41,20 +43,37 @@ def test_resolve_like_sparks_batch_reads():
         resolve_offsets(LATEST, "t", lo, hi, ending=False)
     with pytest.raises(ValueError, match="cannot be earliest"):
         resolve_offsets({"t": {0: -2}}, "t", lo, hi, ending=True)
-    with pytest.raises(ValueError, match="past its log end"):
-        resolve_offsets({"t": {1: 8}}, "t", lo, hi, ending=True)
-    # Spark: an ending offset past the log end fails the read unless failOnDataLoss is off; a
-    # starting one past it reads nothing (the range is empty).
-    assert resolve_offsets({"t": {0: 9, 1: 8}}, "t", lo, hi, ending=True, fail_on_data_loss=False) == {0: 9, 1: 7}
-    assert resolve_offsets({"t": {0: 5, 1: 8}}, "t", lo, hi, ending=False) == {0: 5, 1: 8}
+    # Offsets outside the log are kept: what they read is bound_range's business.
+    assert resolve_offsets({"t": {0: 2, 1: 8}}, "t", lo, hi, ending=True) == {0: 2, 1: 8}
+    assert resolve_offsets({"t": {0: 2, 1: 8}}, "t", lo, hi, ending=False) == {0: 2, 1: 8}
     with pytest.raises(ValueError, match="no partition"):
         resolve_offsets({"t": {9: 1}}, "t", lo, hi, ending=False)
     with pytest.raises(ValueError, match="invalid offset"):
         resolve_offsets({"t": {0: -5}}, "t", lo, hi, ending=False)
-    # Below the log start: lost data, unless failOnDataLoss is off.
-    with pytest.raises(ValueError, match="log start"):
-        resolve_offsets({"t": {0: 2}}, "t", lo, hi, ending=False)
-    assert resolve_offsets({"t": {0: 2}}, "t", lo, hi, ending=False, fail_on_data_loss=False)[0] == 5
+
+
+def test_ranges_outside_the_log_as_sparks_batch_read():
+    """KafkaSourceRDD.compute / KafkaDataConsumer.get with the log holding [5, 50): a start after
+    the end fails whatever failOnDataLoss; an empty range reads nothing wherever it lies; a
+    non-empty one reaching outside the log is data loss, or cut to the log without failOnDataLoss."""
+    def bound(s, e, fail=True):
+        r = bound_range("t", 0, s, e, 5, 50, fail_on_data_loss=fail)
+        return (r.start, r.end) if r.size else None
+
+    for fail in (True, False):
+        # the log start (-2) resolved, an explicit end below it: Spark's assertion, not nothing
+        with pytest.raises(ValueError, match="^Beginning offset 5 is after the ending offset 3 for topic t "):
+            bound(5, 3, fail)
+        assert bound(2, 2, fail) is None and bound(70, 70, fail) is None
+        assert bound(10, 20, fail) == (10, 20)
+    assert bound(2, 20, False) == (5, 20) and bound(40, 60, False) == (40, 50)
+    assert bound(2, 4, False) is None and bound(55, 60, False) is None
+    for s, e, at in [(2, 20, 2), (2, 60, 2), (40, 60, 50), (55, 60, 55)]:
+        with pytest.raises(ValueError) as err:
+            bound(s, e)
+        assert str(err.value) == data_loss_message("t", 0, at, e)
+    assert data_loss_message("t", 0, 2, 20).splitlines()[-2:] == [
+        "Reason: Could not read records in offset [2, 20) for topic partition t-0", "with consumer group null."]
 
 
 def test_split_examples():

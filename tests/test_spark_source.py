@@ -95,7 +95,7 @@ def test_starting_and_ending_offsets_like_sparks_kafka_source(spark, broker, loa
     assert got == [(0, o) for o in range(5, 9)] + [(1, o) for o in range(3)] + [(2, o) for o in range(20)]
     with pytest.raises(Exception, match="starting offset can't be latest for batch queries on Kafka"):
         read(spark, broker.bootstrap, topic, startingOffsets="latest").count()
-    with pytest.raises(Exception, match="past its log end"):
+    with pytest.raises(Exception, match=r"Could not read records in offset \[20, 999\) for topic partition"):
         read(spark, broker.bootstrap, topic, endingOffsets=json.dumps({topic: {"0": -1, "1": 999, "2": -1}})).count()
 
 
@@ -167,6 +167,34 @@ def test_log_append_time_topics_report_the_brokers_time(spark, broker):  # noqa:
     (r,) = read(spark, broker.bootstrap, topic).collect()
     assert r["timestampType"] == 1
     assert int(r["timestamp"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000) >= before
+
+
+def test_ranges_outside_the_log_plan_as_sparks_batch_read(broker):
+    """With records [5, 10) left after DeleteRecords: an explicit end below the log start fails
+    as KafkaSourceRDD.compute asserts (it read nothing), and an empty explicit range outside the
+    log reads nothing without failing (it failed as lost data), whatever failOnDataLoss."""
+    from spark_jobs.source import plan_ranges
+    from tests.test_delete_records import delete_records
+
+    topic = unique("gone")
+    with RawClient(broker.bootstrap) as c:
+        create_topic(c, topic, 1)
+        assert produce(c, topic, build_batch([(None, b"v", [], 1)] * 10)).error_code == 0
+        assert delete_records(c, (topic, 0, 5))[0][2] == 0
+
+    def plan(start, end, fail):
+        return [(r.start, r.end) for r in plan_ranges(source_options({
+            "kafka.bootstrap.servers": broker.bootstrap, "subscribe": topic, "failOnDataLoss": fail,
+            "startingOffsets": json.dumps({topic: {"0": start}}), "endingOffsets": json.dumps({topic: {"0": end}})}))]
+
+    for fail in ("true", "false"):
+        with pytest.raises(ValueError, match="^Beginning offset 5 is after the ending offset 3 for topic"):
+            plan(-2, 3, fail)
+        assert plan(2, 2, fail) == plan(12, 12, fail) == []
+        assert plan(-2, 8, fail) == [(5, 8)]
+    assert plan(2, 12, "false") == [(5, 10)]
+    with pytest.raises(ValueError, match=r"Could not read records in offset \[2, 12\) for topic partition"):
+        plan(2, 12, "true")
 
 
 # --- routing to leaders -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ topic, partition, offset, timestamp, timestampType, and headers with ``includeHe
 
     spark.read.format("kshare-kafka")
         .option("kafka.bootstrap.servers", "127.0.0.1:9092")
-        .option("subscribe", "orders")                       # or "topic"; or subscribePattern / assign
+        .option("subscribe", "orders")                       # or subscribePattern / assign
         .option("startingOffsets", "earliest")               # or JSON {"orders": {"0": 42}}
         .option("endingOffsets", "latest")                   # or JSON, -1 = latest
         .load()
@@ -125,12 +125,13 @@ class _Options:
             re.compile(self.pattern)
         elif strategies == ["assign"]:
             self.assign = _parse_assign(str(opts["assign"]))
-        else:
-            # an empty subscribe is Spark's "No topics" error below, not the default topic
-            topics = opts["subscribe"] if "subscribe" in opts else opts.get("topic") or default_topic
-            if topics is None:
-                raise ValueError("One of the following options must be specified for Kafka source: "
-                                 "subscribe, subscribepattern, assign. See the docs for more details.")
+        elif "subscribe" in opts:  # an empty one is Spark's "No topics" error below, not the default topic
+            topics = opts["subscribe"]
+        elif default_topic is not None:  # kshare-share-state: ``topic`` may name a copy of the state topic
+            topics = opts.get("topic") or default_topic
+        else:  # kshare-kafka: ``topic`` is only a sink option for Spark, so no strategy
+            raise ValueError("One of the following options must be specified for Kafka source: "
+                             "subscribe, subscribepattern, assign. See the docs for more details.")
         # Each topic once, as Spark's SubscribeStrategy reads a set of topic-partitions.
         self.topics = list(dict.fromkeys(t.strip() for t in topics.split(",") if t.strip()))
         if self.assign is not None:

@@ -153,7 +153,10 @@ def test_options_refused_as_sparks_kafka_source():
     assert source_options({**base, "subscribe": "t, u,t"}).topics == ["t", "u"]
     kafka = {"kafka.bootstrap.servers": "h:1"}
     assert source_options({**kafka, "assign": '{"t": [0, 1], "u": [2]}'}, None).assign == {"t": {0, 1}, "u": {2}}
+    # "topic" is a sink option to Spark: no source strategy (it names a copy for kshare-share-state only)
+    assert source_options({**kafka, "topic": "copy"}).topics == ["copy"]
     for options, message in [({}, "One of the following options must be specified"),
+                             ({"topic": "t"}, "One of the following options must be specified"),
                              ({"subscribe": "t", "subscribePattern": "t.*"}, "Only one of the following options"),
                              ({"assign": "t-0"}, "No topicpartitions to assign"),
                              ({"assign": '{"t": 0}'}, "Expected e.g."),

@@ -220,14 +220,18 @@ def source_options(options: dict, default_topic: str | None = SHARE_GROUP_STATE_
     return _Options(options, default_topic)
 
 
-def plan_ranges(opts: _Options) -> list[OffsetRange]:
-    """The offset ranges of a read, split into input partitions (asks the brokers)."""
+def plan_ranges(opts: _Options, *, internal_topics: bool = False) -> list[OffsetRange]:
+    """The offset ranges of a read, split into input partitions (asks the brokers). As Spark's
+    ConsumerStrategy.retrieveAllPartitions, internal topics have no partitions to read unless
+    ``internal_topics`` (kshare-share-state, which reads ``__share_group_state``)."""
     ranges = []
     with Cluster(opts.bootstrap) as cluster:
         topics = opts.topics
         if opts.pattern is not None:  # SubscribePatternStrategy: listed topics (not internal) it finds
             topics = sorted(n for n, info in cluster.refresh(None).items()
                             if not info.internal and re.search(opts.pattern, n))
+        elif not internal_topics:
+            topics = [t for t in topics if not cluster.topic(t).internal]
         bounds = {topic: cluster.offset_bounds(topic) for topic in topics}
         if opts.assign is not None:  # AssignStrategy: those of the partitions that exist
             bounds = {t: tuple({p: o for p, o in b.items() if p in opts.assign[t]} for b in bs)
@@ -270,11 +274,13 @@ def _by_timestamp(cluster: Cluster, spec, bounds: dict, *, ending: bool, no_matc
 
 
 class _Reader(DataSourceReader):
+    internal_topics = True
+
     def __init__(self, opts: _Options) -> None:
         self.opts = opts
 
     def partitions(self) -> list[InputPartition]:
-        ranges = plan_ranges(self.opts)
+        ranges = plan_ranges(self.opts, internal_topics=self.internal_topics)
         return [RangePartition(r) for r in ranges] or [InputPartition(None)]
 
     def _records(self, partition) -> Iterator:
@@ -287,6 +293,7 @@ class _Reader(DataSourceReader):
 
 
 class _KafkaReader(_Reader):
+    internal_topics = False  # as Spark's Kafka source
     def read(self, partition) -> Iterator[pa.RecordBatch]:
         cols = _KafkaColumns(self.opts.include_headers)
         for header, records in self._records(partition):

@@ -197,6 +197,24 @@ def test_ranges_outside_the_log_plan_as_sparks_batch_read(broker):
         plan(2, 12, "true")
 
 
+def test_internal_topics_have_nothing_to_read_as_in_spark(broker):
+    """ConsumerStrategy.retrieveAllPartitions leaves internal topics out of subscribe and assign:
+    kshare-kafka plans no range of __share_group_state holding a group's state, which
+    kshare-share-state (internal_topics) reads."""
+    from spark_jobs.source import plan_ranges
+    from tests.test_share_state_support import initialize
+
+    with RawClient(broker.bootstrap) as c:
+        topic_id = create_topic(c, unique("stated"), 1)
+        assert initialize(c, unique("g"), topic_id, 0, start_offset=0) is not None
+    base = {"kafka.bootstrap.servers": broker.bootstrap}
+    for strategy in ({"subscribe": "__share_group_state"},
+                     {"assign": json.dumps({"__share_group_state": list(range(50))})}):
+        opts = source_options({**base, **strategy}, None)
+        assert plan_ranges(opts) == []
+        assert sum(r.size for r in plan_ranges(opts, internal_topics=True)) >= 1
+
+
 # --- routing to leaders -----------------------------------------------------------------------------
 
 

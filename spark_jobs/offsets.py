@@ -57,9 +57,10 @@ def parse_timestamps(options: dict, prefix: str) -> Timestamps | None:
             raise ValueError(f"Expected a single long value, got {text}") from None
     if f"{prefix}offsetsbytimestamp" in options:
         text = str(options[f"{prefix}offsetsbytimestamp"]).strip()
-        spec = parse_offsets(text, EARLIEST) if text.startswith("{") else None
-        if not isinstance(spec, dict):
-            raise ValueError(f'Expected e.g. {{"topicA": {{"0": 123456789, "1": 123456789}}}}, got {text}')
+        spec = _partition_json(text)
+        if spec is None:  # JsonUtils.partitionTimestamps
+            raise ValueError('Expected e.g. {"topicA": {"0": 123456789, "1": 123456789},\n'
+                             f'"topicB": {{"0": 123456789, "1": 123456789}}}}, got {text}')
         return Timestamps(spec)
     return None
 
@@ -116,29 +117,30 @@ def check_limits(starting, ending) -> None:
 
 def parse_offsets(text: str | None, default: int) -> int | dict[str, dict[int, int]]:
     """``earliest`` / ``latest`` as EARLIEST / LATEST, or the per-partition JSON as
-    ``{topic: {partition: offset}}``; ``None`` or empty gives ``default``."""
-    if text is None or not text.strip():
+    ``{topic: {partition: offset}}``; ``None`` (the option unset) gives ``default``. Anything
+    else, blank included, fails with JsonUtils.partitionOffsets' message, as in Spark."""
+    if text is None:
         return default
     word = text.strip().lower()
     if word == "earliest":
         return EARLIEST
     if word == "latest":
         return LATEST
+    spec = _partition_json(text.strip())
+    if spec is None:
+        raise ValueError(f'Expected e.g. {{"topicA":{{"0":23,"1":-1}},"topicB":{{"0":-2}}}}, got {text.strip()}')
+    return spec
+
+
+def _partition_json(text: str) -> dict[str, dict[int, int]] | None:
+    """``{topic: {partition: number}}`` from JSON, or None when ``text`` is not that."""
     try:
         raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"offsets must be earliest, latest or JSON like {{\"topic\":{{\"0\":23}}}}: {e}") from None
-    if not isinstance(raw, dict):
-        raise ValueError(f"offsets JSON must be an object of topics, got {text!r}")
-    out: dict[str, dict[int, int]] = {}
-    for topic, parts in raw.items():
-        if not isinstance(parts, dict):
-            raise ValueError(f"offsets of topic {topic!r} must be an object of partition -> offset")
-        try:
-            out[topic] = {int(p): int(o) for p, o in parts.items()}
-        except (TypeError, ValueError):
-            raise ValueError(f"offsets of topic {topic!r} must map partition numbers to integers") from None
-    return out
+        if isinstance(raw, dict) and all(isinstance(parts, dict) for parts in raw.values()):
+            return {topic: {int(p): int(o) for p, o in parts.items()} for topic, parts in raw.items()}
+    except (ValueError, TypeError):
+        pass
+    return None
 
 
 def resolve_offsets(

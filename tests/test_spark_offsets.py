@@ -15,6 +15,7 @@ from spark_jobs.offsets import (
     check_limits,
     data_loss_message,
     parse_offsets,
+    parse_timestamps,
     resolve_offsets,
     split_ranges,
 )
@@ -22,13 +23,18 @@ from spark_jobs.offsets import (
 
 def test_parse_words_json_and_defaults():
     assert parse_offsets(None, EARLIEST) == EARLIEST
-    assert parse_offsets("  ", LATEST) == LATEST
     assert parse_offsets("Earliest", LATEST) == EARLIEST
     assert parse_offsets("latest", EARLIEST) == LATEST
     assert parse_offsets('{"t": {"0": 23, "1": -2}, "u": {"3": -1}}', EARLIEST) == {"t": {0: 23, 1: -2}, "u": {3: -1}}
-    for bad in ("soonest", "[1, 2]", '{"t": 5}', '{"t": {"x": 1}}', '{"t": {"0": "a"}}'):
-        with pytest.raises(ValueError):
+    # JsonUtils.partitionOffsets' message; a blank option is no default in Spark either
+    for bad in ("soonest", "[1, 2]", '{"t": 5}', '{"t": {"x": 1}}', '{"t": {"0": "a"}}', "  "):
+        with pytest.raises(ValueError) as e:
             parse_offsets(bad, EARLIEST)
+        assert str(e.value) == 'Expected e.g. {"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}, got ' + bad.strip()
+    with pytest.raises(ValueError) as e:
+        parse_timestamps({"startingoffsetsbytimestamp": ' {"t": 5} '}, "starting")
+    assert str(e.value) == ('Expected e.g. {"topicA": {"0": 123456789, "1": 123456789},\n'
+                            '"topicB": {"0": 123456789, "1": 123456789}}, got {"t": 5}')
 
 
 def test_resolve_like_sparks_batch_reads():

@@ -7,6 +7,7 @@ compactions."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from types import SimpleNamespace
 
@@ -356,6 +357,34 @@ async def test_partitions_are_compacted_in_the_background(tmp_path):
         await asyncio.sleep(0.01)
     assert lg.start_offset > 0 and world.log_records() == runtime.coordinator.for_group("g").snapshot_records()
     await runtime.stop()
+
+
+async def test_compaction_follows_the_topics_min_cleanable_dirty_ratio(tmp_path):
+    """Kafka's cleaner compares a log's dirty share with that log's min.cleanable.dirty.ratio
+    (LogCleanerManager.grabFilthiestCompactedLog), which __consumer_offsets may override."""
+    world = World(tmp_path)
+    world.topics.create("orders", 2)
+    runtime = await world.started()
+    p = world.offsets.partition_for("g")
+    lg = world.offsets.log(p)
+    await churn(runtime, 10)  # most of the records superseded
+    lg.config = dataclasses.replace(lg.config, min_cleanable_ratio=0.99)
+    assert not await runtime.compact(p, min_records=0)
+    lg.config = dataclasses.replace(lg.config, min_cleanable_ratio=0.5)
+    assert await runtime.compact(p, min_records=0)
+    await runtime.stop()
+
+
+async def test_consumer_offsets_logs_take_their_min_cleanable_dirty_ratio(local):
+    """The broker default (log.cleaner.min.cleanable.ratio), else the topic's override."""
+    ratios = lambda: {local.store.get("__consumer_offsets", i).config.min_cleanable_ratio  # noqa: E731
+                      for i in range(local.config["offsets.topic.num.partitions"])}
+    assert ratios() == {0.5}
+    local.config.set_dynamic({"log.cleaner.min.cleanable.ratio": "0.25"}, cluster_default=True)
+    assert ratios() == {0.25}
+    offsets = local.topics.get("__consumer_offsets")
+    local.topics.set_configs(offsets.name, {**offsets.configs, "min.cleanable.dirty.ratio": "0.75"})
+    assert ratios() == {0.75}
 
 
 # --- restarts --------------------------------------------------------------------------------------

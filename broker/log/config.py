@@ -39,6 +39,7 @@ class LogConfig:
     message_timestamp_type: str = CREATE_TIME  # message.timestamp.type
     cleanup_policy: str = "delete"  # cleanup.policy (comma separated)
     max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms (rolls compacted topics' segments)
+    min_cleanable_ratio: float = 0.5  # min.cleanable.dirty.ratio (when __consumer_offsets is compacted)
     max_message_bytes: int = 1048588  # max.message.bytes (largest batch accepted)
     compression_type: str = PRODUCER  # compression.type
     compression_gzip_level: int = -1  # compression.gzip.level (-1: zlib's default)
@@ -144,6 +145,7 @@ TOPIC_PROPERTY_TO_FIELD: dict[str, str] = {
     "message.timestamp.type": "message_timestamp_type",
     "cleanup.policy": "cleanup_policy",
     "max.compaction.lag.ms": "max_compaction_lag_ms",
+    "min.cleanable.dirty.ratio": "min_cleanable_ratio",
     "max.message.bytes": "max_message_bytes",
     "compression.type": "compression_type",
     "compression.gzip.level": "compression_gzip_level",
@@ -170,6 +172,7 @@ TOPIC_TO_BROKER_PROPERTIES: dict[str, tuple[tuple[str, int], ...]] = {
     "message.timestamp.type": (("log.message.timestamp.type", 1),),
     "cleanup.policy": (("log.cleanup.policy", 1),),
     "max.compaction.lag.ms": (("log.cleaner.max.compaction.lag.ms", 1),),
+    "min.cleanable.dirty.ratio": (("log.cleaner.min.cleanable.ratio", 1),),
     "max.message.bytes": (("message.max.bytes", 1),),
     "compression.type": (("compression.type", 1),),
     "compression.gzip.level": (("compression.gzip.level", 1),),
@@ -182,6 +185,8 @@ def _convert(attr: str, value: Any) -> Any:
         if isinstance(value, (list, tuple)):
             return ",".join(value)
         return str(value).strip()
+    if attr == "min_cleanable_ratio":
+        return float(value)
     value = int(value)
     if attr == "flush_ms" and value >= LONG_MAX:
         return None  # Long.MAX_VALUE is how Kafka spells "never"

@@ -199,7 +199,7 @@ class GroupCoordinatorRuntime:
         persister: PersisterSource = None,
         load_buffer_bytes: int = DEFAULT_LOAD_BUFFER_BYTES,
         compact_interval_s: Callable[[], float] | None = None,
-        cleanable_ratio: Callable[[], float] = lambda: 0.5,
+        cleanable_ratio: Callable[[], float] | None = None,
     ) -> None:
         """``broker_config``: the broker's group-coordinator properties (``group_broker_properties``).
 
@@ -209,9 +209,9 @@ class GroupCoordinatorRuntime:
         ``persister`` (or a factory for it): where share-partition state is initialised and
         deleted; without one every partition is assignable at once and no
         ShareGroupStatePartitionMetadata is written.
-        ``compact_interval_s`` (None: never) and ``cleanable_ratio`` give the dynamic
-        ``log.cleaner.backoff.ms`` (how often each partition is offered to ``compact``, in
-        seconds) and ``log.cleaner.min.cleanable.ratio``.
+        ``compact_interval_s`` (None: never) gives the dynamic ``log.cleaner.backoff.ms`` (how
+        often each partition is offered to ``compact``, in seconds); ``cleanable_ratio``
+        replaces the topic's ``min.cleanable.dirty.ratio`` (tests).
         """
         self._clock: Clock = clock or LoopClock()
         self._topics = RegistryTopics(topics)
@@ -838,7 +838,9 @@ class GroupCoordinatorRuntime:
             return False
         records = shard.coordinator.snapshot_records()
         total = lg.end_offset - lg.start_offset
-        if total < min_records or total - len(records) < self._cleanable_ratio() * total:
+        # the topic's own ratio, as LogCleanerManager.grabFilthiestCompactedLog reads the log's config
+        ratio = lg.config.min_cleanable_ratio if self._cleanable_ratio is None else self._cleanable_ratio()
+        if total < min_records or total - len(records) < ratio * total:
             return False
         generation, start = shard.generation, lg.end_offset
         try:
@@ -1145,7 +1147,6 @@ def install(broker: Broker) -> GroupCoordinatorRuntime:
         offsets=open_offsets, persister=lambda: broker.share_manager.persister,
         load_buffer_bytes=broker_value(LOAD_BUFFER_SIZE_CONFIG, props),
         compact_interval_s=(lambda: cfg["log.cleaner.backoff.ms"] / 1000) if cfg["log.cleaner.enable"] else None,
-        cleanable_ratio=lambda: cfg["log.cleaner.min.cleanable.ratio"],
     )
     broker.group_coordinator = runtime
     return runtime

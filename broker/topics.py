@@ -95,7 +95,9 @@ class TopicRegistry:
         self._log_config = log_config
         self._by_name: dict[str, Topic] = {}
         self._by_id: dict[uuid.UUID, Topic] = {}
-        self._by_collision_key: dict[str, str] = {}  # _collision_key(name) -> name
+        # _collision_key(name) -> the names with it (an ordered set): more than one when a
+        # single CreateTopics created names that collide, as Kafka's controller allows
+        self._by_collision_key: dict[str, dict[str, None]] = {}
         self._entries: dict[str, str] = {}  # name -> the topic's text in the registry file
         self._listeners: list[Callable[[list[tuple[str, Topic | None]]], None]] = []
         self._load()
@@ -161,7 +163,7 @@ class TopicRegistry:
         """Index a new or changed topic with its text for the next save."""
         self._by_name[topic.name] = topic
         self._by_id[topic.topic_id] = topic
-        self._by_collision_key[_collision_key(topic.name)] = topic.name
+        self._by_collision_key.setdefault(_collision_key(topic.name), {})[topic.name] = None
         self._entries[topic.name] = entry if entry is not None else _entry(topic)
 
     # --- queries ------------------------------------------------------------------------------
@@ -199,14 +201,20 @@ class TopicRegistry:
         even over an invalid name, as "." colliding with a topic "_"), else Topic.validate."""
         if name in self._by_name:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        other = self._by_collision_key.get(_collision_key(name))
-        if other is not None:
+        others = self._by_collision_key.get(_collision_key(name))
+        if others:
+            other = next(iter(others))
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
         validate_topic_name(name)
 
-    def create(self, name: str, partitions: int, configs: dict[str, str] | None = None) -> Topic:
-        """Create a topic (name and configs already validated by the caller)."""
-        self.check_new_name(name)
+    def create(self, name: str, partitions: int, configs: dict[str, str] | None = None,
+               name_checked: bool = False) -> Topic:
+        """Create a topic (configs already validated by the caller). ``name_checked``: the caller
+        checked the name against the topics before its request, as Kafka's controller checks
+        every name of a CreateTopics before creating any, so a name colliding with another of
+        the same request is created too."""
+        if not name_checked or name in self._by_name:
+            self.check_new_name(name)
         if partitions < 1:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS, "Number of partitions must be larger than 0.")
         topic = Topic(name, random_uuid(), partitions, dict(configs or {}))
@@ -234,7 +242,10 @@ class TopicRegistry:
         topics = [self._by_name.pop(name) for name in names]
         for topic in topics:
             del self._by_id[topic.topic_id]
-            del self._by_collision_key[_collision_key(topic.name)]
+            key = _collision_key(topic.name)
+            del self._by_collision_key[key][topic.name]
+            if not self._by_collision_key[key]:
+                del self._by_collision_key[key]
             del self._entries[topic.name]
         self.store.delete((t.name, p) for t in topics for p in range(t.partitions))
         for topic in topics:

@@ -261,6 +261,22 @@ def test_create_topics_collision_and_too_many_partitions(client, topic_name):
         (44, "Excessively large number of partitions per request.")}
 
 
+def test_create_topics_names_that_collide_in_one_request_are_both_created(client, topic_name):
+    """Kafka's controller checks a request's names against the topics before it
+    (ReplicationControlManager.validateNewTopicNames on topicsWithCollisionChars, which its records
+    only change when replayed), so two names of one request that differ by '.' and '_' are both
+    created; either still collides with a later one, until both are deleted."""
+    dotted, under = topic_name + ".c", topic_name + "_c"
+    results, _ = create(client, topic(dotted), topic(under))
+    assert {n: (r.error_code, r.error_message) for n, r in results.items()} == {dotted: (0, None), under: (0, None)}
+    client.request(DELETE_TOPICS, 6, DeleteTopicsRequest(topics=[DeleteTopicState(name=dotted, topic_id=ZERO_UUID)],
+                                                         timeout_ms=5000))
+    results, _ = create(client, topic(dotted))
+    assert (results[dotted].error_code, results[dotted].error_message) == (
+        17, f"Topic '{dotted}' collides with existing topic: {under}")
+    assert metadata(client, under).error_code == 0
+
+
 def test_create_topics_manual_assignments(client, topic_name, node_id):
     results, _ = create(
         client,

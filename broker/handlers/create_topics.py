@@ -1,9 +1,10 @@
 """CreateTopics: Kafka's controller checks in Kafka's order, on a one-broker cluster.
 
 Order (ReplicationControlManager.createTopics): the whole request is refused past 10000 new
-partitions; then per topic: name, already exists, configs (null values, names, values), then
-assignment / replication factor / partition count. A replication factor above 1 cannot be
-placed on one broker. Names given twice are answered INVALID_REQUEST each, after the others.
+partitions; then every name (already exists, collision, Topic.validate) against the topics
+before the request, so two names of one request that collide are both created; then per
+topic: configs (null values, names, values), then assignment / replication factor / partition
+count. A replication factor above 1 cannot be placed on one broker. Names given twice are answered INVALID_REQUEST each, after the others.
 v5+ results carry the partition count, replication factor and the effective configs (with
 their sources); v7 the topic id. With validate_only nothing is created, and, like Kafka, the
 result still carries a fresh (never used) topic id.
@@ -74,15 +75,15 @@ def _placement(topic, broker) -> tuple[int, int]:
 
 
 def _create_one(broker, topic, validate_only: bool) -> CreatableTopicResult:
+    """Create ``topic``, whose name the caller checked before the request created anything."""
     registry = broker.topics
-    registry.check_new_name(topic.name)
     configs = {c.name: c.value for c in topic.configs}
     validate_topic_configs(configs, broker.config)
     partitions, rf = _placement(topic, broker)
     if validate_only:
         topic_id = random_uuid()
     else:
-        topic_id = registry.create(topic.name, partitions, configs).topic_id
+        topic_id = registry.create(topic.name, partitions, configs, name_checked=True).topic_id
     return CreatableTopicResult(
         name=topic.name, topic_id=topic_id, error_code=ErrorCode.NONE, error_message=None,
         topic_config_error_code=ErrorCode.NONE, num_partitions=partitions, replication_factor=rf,
@@ -104,9 +105,17 @@ async def handle(ctx, req) -> CreateTopicsResponse:
             CreatableTopicResult(name=t.name, error_code=ErrorCode.POLICY_VIOLATION, error_message=message)
             for t in req.topics
         ])
+    name_errors = {}  # Kafka checks every name before creating any (ReplicationControlManager.createTopics)
+    for topic in unique:
+        try:
+            broker.topics.check_new_name(topic.name)
+        except KafkaError as e:
+            name_errors[topic.name] = e
     results = []
     for topic in unique:
         try:
+            if topic.name in name_errors:
+                raise name_errors[topic.name]
             results.append(_create_one(broker, topic, req.validate_only))
         except KafkaError as e:
             results.append(CreatableTopicResult(name=topic.name, error_code=e.code, error_message=e.message))

@@ -100,9 +100,9 @@ class Broker:
             for topic_id in gone:  # (share sessions keep them, as Kafka's do: see ShareSession)
                 self.share_manager.forget_topic(topic_id)
 
-    def auto_create_topic(self, name: str) -> Topic:
+    def auto_create_topic(self, name: str, name_checked: bool = False) -> Topic:
         """Create ``name`` with broker defaults (Metadata auto-creation: Produce never creates topics)."""
-        topic = self.topics.create(name, self.config["num.partitions"])
+        topic = self.topics.create(name, self.config["num.partitions"], name_checked=name_checked)
         log.info("auto-created topic %s", name)
         return topic
 

@@ -108,7 +108,7 @@ def test_metadata_topic_ids_from_v12_and_invalid_before(client, topic_name):
         return [(t.name, t.topic_id, t.error_code) for t in resp.topics], resp
 
     rows, _ = ask(12, (None, known), (None, unknown), (None, ZERO_UUID))
-    assert rows == [(topic_name, known, 0), (None, unknown, 100), (None, ZERO_UUID, 42)]
+    assert rows == [(None, unknown, 100), (topic_name, known, 0)]  # with ids, the rest is ignored
     for version in (10, 11):
         rows, resp = ask(version, (topic_name, ZERO_UUID), (None, ZERO_UUID))
         assert rows == [(topic_name, ZERO_UUID, 42), ("", ZERO_UUID, 42)] and resp.brokers == []
@@ -140,12 +140,15 @@ def test_metadata_authorized_operations_cover_topics_that_do_not_exist(client, t
     unknown topic id keeps the default."""
     create(client, topic(topic_name))
     resp = client.request(METADATA, 12, MetadataRequest(
-        topics=[MetadataRequestTopic(name=n) for n in (topic_name, "no-such", "bad name!")]
-        + [MetadataRequestTopic(name=None, topic_id=uuid.uuid4())],
+        topics=[MetadataRequestTopic(name=n) for n in (topic_name, "no-such", "bad name!")],
         allow_auto_topic_creation=False, include_topic_authorized_operations=True))
     ops = [t.topic_authorized_operations for t in resp.topics]
-    assert ops[0] == ops[1] == ops[2] != -2147483648 and ops[3] == -2147483648
-    assert [t.error_code for t in resp.topics] == [0, 3, 17, 100]
+    assert ops[0] == ops[1] == ops[2] != -2147483648
+    assert [t.error_code for t in resp.topics] == [0, 3, 17]
+    resp = client.request(METADATA, 12, MetadataRequest(
+        topics=[MetadataRequestTopic(name=None, topic_id=uuid.uuid4())],
+        allow_auto_topic_creation=False, include_topic_authorized_operations=True))
+    assert [(t.error_code, t.topic_authorized_operations) for t in resp.topics] == [(100, -2147483648)]
 
 
 def test_metadata_does_not_auto_create_what_create_topics_refuses(broker_factory):
@@ -165,6 +168,33 @@ def test_metadata_does_not_auto_create_what_create_topics_refuses(broker_factory
         resp = c.request(METADATA, 12, MetadataRequest(topics=[MetadataRequestTopic(name="explicit_rf1")],
                                                        allow_auto_topic_creation=True))
         assert [(t.name, t.error_code) for t in resp.topics] == [("explicit_rf1", 17)]
+
+
+def test_metadata_auto_creates_names_that_collide_in_one_request(client, topic_name):
+    """AutoTopicCreationManager asks the controller for every missing name of a Metadata request in
+    one CreateTopics, whose names are checked against the topics before it: both are created."""
+    names = [topic_name + ".m", topic_name + "_m"]
+    resp = client.request(METADATA, 12, MetadataRequest(topics=[MetadataRequestTopic(name=n) for n in names],
+                                                        allow_auto_topic_creation=True))
+    assert sorted((t.name, t.error_code) for t in resp.topics) == [(n, 0) for n in sorted(names)]
+
+
+def test_metadata_by_topic_id_ignores_the_names(client, topic_name):
+    """KafkaApis.handleTopicMetadataRequest: once a request names a topic id, it answers the ids
+    only (unknown ones first, UNKNOWN_TOPIC_ID), looking each up by id even with a name beside it;
+    the names are neither answered nor auto-created."""
+    create(client, topic(topic_name + "-a"))
+    id_a = metadata(client, topic_name + "-a").topic_id
+    unknown = uuid.uuid4()
+    resp = client.request(METADATA, 12, MetadataRequest(topics=[
+        MetadataRequestTopic(name=topic_name + "-new", topic_id=ZERO_UUID),
+        MetadataRequestTopic(name=topic_name + "-other", topic_id=id_a),
+        MetadataRequestTopic(name=None, topic_id=unknown),
+    ], allow_auto_topic_creation=True))
+    assert [(t.name, t.topic_id, t.error_code) for t in resp.topics] == [
+        (None, unknown, 100), (topic_name + "-a", id_a, 0)]
+    assert metadata(client, topic_name + "-new").error_code == 3
+    assert metadata(client, topic_name + "-other").error_code == 3
 
 
 @pytest.mark.parametrize("name, internal", [("__transaction_state", True), ("__cluster_metadata", False)])
@@ -191,7 +221,7 @@ def test_metadata_answers_a_topic_named_twice_once(client, topic_name):
     ids = [known, unknown, known, unknown]
     resp = client.request(METADATA, 12, MetadataRequest(
         topics=[MetadataRequestTopic(name=None, topic_id=i) for i in ids], allow_auto_topic_creation=False))
-    assert [(t.topic_id, t.error_code) for t in resp.topics] == [(known, 0), (unknown, 100)]
+    assert [(t.topic_id, t.error_code) for t in resp.topics] == [(unknown, 100), (known, 0)]  # unknown ids first
 
 # --- CreateTopics -------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ is never auto-created: Kafka would create it with ``transaction.state.log.replic
 (3) replicas, which a one-broker cluster refuses, so it answers UNKNOWN_TOPIC_OR_PARTITION
 there; kshare has no transactions to use it. Nor is ``__cluster_metadata``, KRaft's metadata
 log, which Kafka's controller refuses to create. A topic named twice is answered once (Kafka takes
-the requested topics as a set).
+the requested topics as a set). Once a v12+ request gives a topic id, its names are ignored.
 """
 
 from __future__ import annotations
@@ -68,17 +68,32 @@ def _missing(name: str) -> MetadataResponseTopic:
                                  is_internal=name in INTERNAL_TOPICS)
 
 
-def _auto_create(broker, name: str):
+def _auto_create(broker, name: str, name_error: KafkaError | None):
     """The new topic, or None when a one-broker cluster cannot place default.replication.factor.
-    The name is checked first (raising), as Kafka's controller validates names before placing
-    replicas: a collision is INVALID_TOPIC_EXCEPTION whatever the replication factor."""
-    broker.topics.check_new_name(name)
+    The name is checked first (``name_error``, against the topics before the request, as
+    AutoTopicCreationManager asks for every missing name in one CreateTopics), as Kafka's
+    controller validates names before placing replicas: a collision is INVALID_TOPIC_EXCEPTION
+    whatever the replication factor."""
+    if name_error is not None:
+        raise name_error
     try:
         check_replication_factor(broker.config["default.replication.factor"])
     except KafkaError as e:
         log.info("not auto-creating topic %s: %s", name, e.message)
         return None
-    return broker.auto_create_topic(name)
+    return broker.auto_create_topic(name, name_checked=True)
+
+
+def _name_errors(broker, requested: list) -> dict[str, KafkaError]:
+    """Why each missing name could not be created, checked before any is."""
+    errors = {}
+    for t in requested:
+        if t.name is not None and broker.topics.get(t.name) is None:
+            try:
+                broker.topics.check_new_name(t.name)
+            except KafkaError as e:
+                errors[t.name] = e
+    return errors
 
 
 def _unique(requested: list) -> list:
@@ -91,6 +106,19 @@ def _unique(requested: list) -> list:
             seen.add(key)
             out.append(t)
     return out
+
+
+def _by_ids(broker, requested: list, include_ops: bool) -> list:
+    """Kafka's handleTopicMetadataRequest once a topic id is given (v12+): the ids alone, each
+    looked up by id (a name beside it, or in another entry, is ignored), the unknown ones first."""
+    unknown, known = [], []
+    for topic_id in dict.fromkeys(t.topic_id for t in requested if t.topic_id != ZERO_UUID):
+        topic = broker.topics.by_id(topic_id)
+        if topic is None:
+            unknown.append(_error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id))
+        else:
+            known.append(topic_metadata(broker, topic, include_ops))
+    return unknown + known
 
 
 def _invalid_request(req) -> MetadataResponse:
@@ -119,23 +147,19 @@ async def handle(ctx, req) -> MetadataResponse:
     # v0 uses an empty list for "all topics"; later versions use null.
     if req.topics is None or (v == 0 and not req.topics):
         topics = [topic_metadata(broker, t, include_ops) for t in broker.topics]
+    elif any(t.topic_id != ZERO_UUID for t in req.topics):
+        topics = _by_ids(broker, req.topics, include_ops)
     else:
         allow_create = broker.config["auto.create.topics.enable"] and (v < 4 or req.allow_auto_topic_creation)
+        name_errors = _name_errors(broker, req.topics) if allow_create else {}
         for t in _unique(req.topics):
             if t.name is None:
-                if t.topic_id == ZERO_UUID:
-                    topics.append(_error_topic(ErrorCode.INVALID_REQUEST, None, t.topic_id))
-                    continue
-                topic = broker.topics.by_id(t.topic_id)
-                if topic is None:
-                    topics.append(_error_topic(ErrorCode.UNKNOWN_TOPIC_ID, None, t.topic_id))
-                else:
-                    topics.append(topic_metadata(broker, topic, include_ops))
+                topics.append(_error_topic(ErrorCode.INVALID_REQUEST, None, t.topic_id))
                 continue
             topic = broker.topics.get(t.name)
             if topic is None and allow_create and t.name not in _NEVER_AUTO_CREATED:
                 try:
-                    topic = _auto_create(broker, t.name)
+                    topic = _auto_create(broker, t.name, name_errors.get(t.name))
                 except KafkaError as e:
                     topics.append(_error_topic(e.code, t.name))
                     continue

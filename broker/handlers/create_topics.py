@@ -4,10 +4,11 @@ Order (ReplicationControlManager.createTopics): the whole request is refused pas
 partitions; then every name (already exists, collision, Topic.validate) against the topics
 before the request, so two names of one request that collide are both created; then per
 topic: configs (null values, names, values), then assignment / replication factor / partition
-count. A replication factor above 1 cannot be placed on one broker. Names given twice are answered INVALID_REQUEST each, after the others.
-v5+ results carry the partition count, replication factor and the effective configs (with
-their sources); v7 the topic id. With validate_only nothing is created, and, like Kafka, the
-result still carries a fresh (never used) topic id.
+count. A replication factor above 1 cannot be placed on one broker. Names given twice are
+answered INVALID_REQUEST each, after the others. v5+ results carry the partition count,
+replication factor and the effective configs (with their sources); v7 the topic id. With
+validate_only nothing is created, and, like Kafka, the result still carries a fresh (never
+used) topic id.
 """
 
 from __future__ import annotations

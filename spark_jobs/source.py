@@ -294,6 +294,7 @@ class _Reader(DataSourceReader):
 
 class _KafkaReader(_Reader):
     internal_topics = False  # as Spark's Kafka source
+
     def read(self, partition) -> Iterator[pa.RecordBatch]:
         cols = _KafkaColumns(self.opts.include_headers)
         for header, records in self._records(partition):

@@ -113,7 +113,7 @@ def r_nstring(buf, pos: int):
     if pos + 2 > len(buf):
         raise DecodeError("string length truncated")
     (n,) = _unpack_i16(buf, pos)
-    if n == -1:
+    if n < 0:  # as Kafka's generated readers: any negative length is null, not only -1
         return None, pos + 2
     raw, pos = _slice(buf, pos + 2, n)
     return _decode_str(raw), pos
@@ -172,7 +172,7 @@ def r_nbytes(buf, pos: int):
     if pos + 4 > len(buf):
         raise DecodeError("bytes length truncated")
     (n,) = _unpack_i32(buf, pos)
-    if n == -1:
+    if n < 0:
         return None, pos + 4
     raw, pos = _slice(buf, pos + 4, n)
     return bytes(raw), pos
@@ -245,7 +245,7 @@ def r_nrecords(buf, pos: int):
     if pos + 4 > len(buf):
         raise DecodeError("records length truncated")
     (n,) = _unpack_i32(buf, pos)
-    if n == -1:
+    if n < 0:
         return None, pos + 4
     return _slice(memoryview(buf), pos + 4, n)
 
@@ -306,8 +306,8 @@ def r_nlen(buf, pos: int):
         raise DecodeError("array length truncated")
     (n,) = _unpack_i32(buf, pos)
     pos += 4
-    if n < -1:
-        raise DecodeError(f"negative array length {n}")
+    if n < 0:  # null, whatever the negative length (Kafka's ``if (arrayLength < 0)``)
+        return -1, pos
     _check_count(buf, pos, n)
     return n, pos
 

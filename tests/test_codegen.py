@@ -175,6 +175,32 @@ def test_malformed_utf8_decodes_as_java_does(raw, utf16):
     assert (value.encode("utf-16-be").hex(), pos) == (utf16, 3 + len(data))
 
 
+@pytest.mark.parametrize("reader, width", [("r_nstring", 2), ("r_nbytes", 4), ("r_nrecords", 4), ("r_nlen", 4)])
+@pytest.mark.parametrize("length", [-1, -2, -(2**15)])
+def test_any_negative_length_of_a_nullable_field_is_null(reader, width, length):
+    """Kafka's generated readers test ``length < 0`` for null, so a client id (or any nullable
+    string, bytes, records or array) of length -2 is null there, not a malformed request; the
+    non-nullable readers refuse it, as Kafka's "non-nullable field ... was serialized as null"."""
+    from protocol import primitives
+
+    frame = memoryview(struct.pack(">h" if width == 2 else ">i", length) + b"rest")
+    value, pos = getattr(primitives, reader)(frame, 0)
+    assert (value, pos) == (-1 if reader == "r_nlen" else None, width)
+    with pytest.raises(DecodeError):
+        getattr(primitives, reader.replace("r_n", "r_"))(frame, 0)
+
+
+@pytest.mark.parametrize("marker", [0xFF, 0x80])
+def test_a_negative_nullable_struct_marker_is_null(marker):
+    """Kafka reads a nullable struct's marker as ``if (readByte() < 0)`` null: any byte from 0x80."""
+    from protocol.messages.describe_topic_partitions_request import DescribeTopicPartitionsRequest
+
+    raw = bytearray(DescribeTopicPartitionsRequest(topics=[], response_partition_limit=5).to_bytes(0))
+    assert raw[-2] == 0xFF
+    raw[-2] = marker
+    assert DescribeTopicPartitionsRequest.from_bytes(bytes(raw), 0).cursor is None
+
+
 def test_api_versions_response_tagged_fields():
     from protocol.messages.api_versions_response import ApiVersionsResponse, ApiVersion, FinalizedFeatureKey
 

@@ -279,6 +279,20 @@ def test_a_client_id_that_is_not_utf8_is_served(broker, version):
         assert MetadataResponse.from_bytes(body, version).brokers
 
 
+@pytest.mark.parametrize("length", [-1, -2, -32768])
+@pytest.mark.parametrize("version", [4, 12])  # request header v1 and v2
+def test_a_client_id_of_any_negative_length_is_null_and_served(broker, version, length):
+    """Kafka's generated RequestHeaderData reads a nullable string as null for every negative
+    length (``if (length < 0)``), not only -1, and RequestHeader.parse then treats it as "":
+    the request is answered, the connection is not closed."""
+    head = struct.pack(">hhih", METADATA, version, 8, length) + (b"\x00" if version >= 9 else b"")
+    with RawClient(broker.bootstrap) as c:
+        c.send_raw(framed(head + MetadataRequest(topics=[], allow_auto_topic_creation=False).to_bytes(version)))
+        correlation_id, body = split_response(METADATA, version, c.recv_frame())
+        assert correlation_id == 8
+        assert MetadataResponse.from_bytes(body, version).brokers
+
+
 # --- framing and malformed input (a private broker with a small request limit) -------------------
 
 

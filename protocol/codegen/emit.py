@@ -186,9 +186,9 @@ def _dec_value(
     t = f.type
     if f.is_struct:
         fn = dec_fns[t]
-        if nullable:
+        if nullable:  # Kafka: ``if (readByte() < 0)`` null, so every marker from 0x80 up
             return [
-                f"{ind}if buf[pos] == 255:",
+                f"{ind}if buf[pos] >= 128:",
                 f"{ind}    {target} = None",
                 f"{ind}    pos += 1",
                 f"{ind}else:",

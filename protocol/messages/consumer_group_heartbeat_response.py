@@ -121,7 +121,7 @@ def _d_ConsumerGroupHeartbeatResponse_0(buf, pos):
     f_member_id, pos = r_cnstring(buf, pos)
     f_member_epoch, f_heartbeat_interval_ms, = _S3.unpack_from(buf, pos)
     pos += 8
-    if buf[pos] == 255:
+    if buf[pos] >= 128:
         f_assignment = None
         pos += 1
     else:

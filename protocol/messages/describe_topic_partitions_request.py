@@ -97,7 +97,7 @@ def _d_DescribeTopicPartitionsRequest_0(buf, pos):
         f_topics.append(x)
     f_response_partition_limit, = _S0.unpack_from(buf, pos)
     pos += 4
-    if buf[pos] == 255:
+    if buf[pos] >= 128:
         f_cursor = None
         pos += 1
     else:

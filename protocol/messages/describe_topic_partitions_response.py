@@ -232,7 +232,7 @@ def _d_DescribeTopicPartitionsResponse_0(buf, pos):
     for _ in range(n):
         x, pos = _d_DescribeTopicPartitionsResponseTopic_0(buf, pos)
         f_topics.append(x)
-    if buf[pos] == 255:
+    if buf[pos] >= 128:
         f_next_cursor = None
         pos += 1
     else:

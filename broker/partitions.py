@@ -46,6 +46,7 @@ from protocol.records import (
     TRANSACTIONAL_FLAG,
     CorruptRecordError,
     InvalidRecordError,
+    UnknownCompressionIdError,
     check_base_offset,
     check_client_batch,
     check_record_framing,
@@ -206,7 +207,8 @@ class Partitions:
             )
         try:
             h = check_client_batch(data)
-        except InvalidRecordError as e:  # LogValidator's: Kafka reports the log start offset
+        except (InvalidRecordError, UnknownCompressionIdError) as e:  # LogValidator's, or Kafka's catch-all
+            # (an unknown codec): both report the log start offset
             raise AppendError(ErrorCode(e.error_code), log_message=str(e), log_start_offset=lg.start_offset) from None
         except CorruptRecordError as e:  # a bad CRC: Kafka's unknown append info
             raise AppendError(ErrorCode(e.error_code), log_message=str(e)) from None

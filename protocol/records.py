@@ -31,6 +31,8 @@ first (the first three items), then ReplicaManager's acks and internal-topic che
 * batch size field below 14, or magic outside 0..2 (``ByteBufferLogInputStream``): CORRUPT_MESSAGE (2).
 * no complete batch, magic 0 or 1 in Produce v3+, or more than one batch: INVALID_RECORD (87).
 * zstd in Produce below v7: UNSUPPORTED_COMPRESSION_TYPE (76).
+* codec bits 5-7 (``CompressionType.forId`` throws IllegalArgumentException): UNKNOWN_SERVER_ERROR
+  (-1), for the whole request below v7 (read by the zstd check), after the CRC from v7.
 * baseOffset != 0 from a client: INVALID_RECORD.
 * batch larger than max.message.bytes: MESSAGE_TOO_LARGE (10), checked by the caller.
 * size below the 61-byte header or CRC-32C mismatch (``batch.isValid()``): CORRUPT_MESSAGE.
@@ -87,6 +89,7 @@ NO_SEQUENCE = -1
 NO_TIMESTAMP = -1
 
 # Kafka error codes carried by the exceptions below (``error_code``).
+UNKNOWN_SERVER_ERROR = -1
 CORRUPT_MESSAGE = 2
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
@@ -120,6 +123,13 @@ class UnsupportedCompressionTypeError(CorruptRecordError):
     """zstd in a Produce request older than v7 (UNSUPPORTED_COMPRESSION_TYPE)."""
 
     error_code = UNSUPPORTED_COMPRESSION_TYPE
+
+
+class UnknownCompressionIdError(CorruptRecordError):
+    """A client batch with codec bits 5-7: Kafka's ``CompressionType.forId`` throws an
+    IllegalArgumentException, which its produce path answers as UNKNOWN_SERVER_ERROR."""
+
+    error_code = UNKNOWN_SERVER_ERROR
 
 
 class BatchHeader(NamedTuple):
@@ -322,7 +332,10 @@ def check_produce_request(buf, api_version: int) -> int:
             "batches with magic version 2"
         )
     if size >= ATTRIBUTES_OFFSET + 2 and api_version < 7:
-        if _ATTRIBUTES.unpack_from(buf, ATTRIBUTES_OFFSET)[0] & COMPRESSION_MASK == codecs.ZSTD:
+        codec = _ATTRIBUTES.unpack_from(buf, ATTRIBUTES_OFFSET)[0] & COMPRESSION_MASK
+        if codec > codecs.ZSTD:  # read for the zstd check below v7 only
+            raise UnknownCompressionIdError(f"Unknown compression type id: {codec}")
+        if codec == codecs.ZSTD:
             raise UnsupportedCompressionTypeError(
                 f"Produce requests with version {api_version} are not allowed to use ZStandard compression"
             )
@@ -352,7 +365,7 @@ def check_client_batch(batch) -> BatchHeader:
     if compute_crc(batch, 0, h) != h.crc:
         raise CorruptRecordError(f"Record is corrupt (stored crc = {h.crc})")
     if h.attributes & COMPRESSION_MASK > codecs.ZSTD:
-        raise CorruptRecordError(f"unknown compression codec {h.attributes & COMPRESSION_MASK}")
+        raise UnknownCompressionIdError(f"Unknown compression type id: {h.attributes & COMPRESSION_MASK}")
     if h.last_offset_delta < 0:
         raise InvalidRecordError(f"Batch has an invalid offset range: [0, {h.last_offset_delta}]")
     if h.records_count <= 0:

@@ -487,3 +487,28 @@ def test_acks_zero_over_the_wire(broker, topic_name):
         assert c.is_closed_by_broker()
     with RawClient(broker.bootstrap) as c:
         assert [r.value for r in records_of(fetch(c, topic_name, 0).records)] == [b"fire"]
+
+
+async def test_an_unknown_codec_is_unknown_server_error_as_kafkas_compression_type_lookup_throws(local):
+    """Codec bits 5-7: Kafka's CompressionType.forId throws IllegalArgumentException. Below v7
+    ProduceRequest.validateRecords reads the codec for its zstd check, so the exception leaves
+    handleProduceRequest and every partition gets UNKNOWN_SERVER_ERROR (getErrorResponse); from
+    v7 UnifiedLog.analyzeAndValidateRecords reads it after the CRC, and ReplicaManager's catch-all
+    answers that partition UNKNOWN_SERVER_ERROR with the log start offset."""
+    local.topics.create("t", 2)
+    good = batch([b"a"])
+    for codec in (5, 6, 7):
+        bad = bytes(patch_header(good, attributes=codec))
+        req = produce_request("t", good)
+        req.topic_data.append(TopicProduceData(name="t", partition_data=[PartitionProduceData(index=1, records=bad)]))
+        (t,) = (await call(local, req, version=6)).responses
+        assert [(p.index, p.error_code, p.error_message) for p in t.partition_responses] == [
+            (0, ErrorCode.UNKNOWN_SERVER_ERROR, None), (1, ErrorCode.UNKNOWN_SERVER_ERROR, None)]
+        (t,) = (await call(local, req, version=7)).responses
+        assert [(p.index, p.error_code, p.log_start_offset) for p in t.partition_responses] == [
+            (0, ErrorCode.NONE, 0), (1, ErrorCode.UNKNOWN_SERVER_ERROR, 0)]
+        bad_crc = bytearray(bad)
+        bad_crc[-1] ^= 1
+        p = await produce_one(local, "t", bytes(bad_crc), partition=1)
+        assert (p.error_code, p.log_start_offset) == (ErrorCode.CORRUPT_MESSAGE, -1)  # the CRC comes first
+    assert local.store.get("t", 1).end_offset == 0

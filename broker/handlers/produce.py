@@ -39,6 +39,7 @@ from protocol.records import (
     MAGIC_OFFSET,
     TRANSACTIONAL_FLAG,
     CorruptRecordError,
+    UnknownCompressionIdError,
     check_produce_request,
     first_batch_size,
 )
@@ -148,6 +149,9 @@ async def handle(ctx, req):
             records = pd.records if pd.records is not None else b""
             try:
                 size = check_produce_request(records, v)
+            except UnknownCompressionIdError as e:  # not an ApiException: thrown out of handleProduceRequest
+                log.debug("produce refused: %s", e)
+                return await _finish(ctx, acks, _error_responses(req, v, ErrorCode.UNKNOWN_SERVER_ERROR), [])
             except CorruptRecordError as e:
                 log.debug("produce to %s-%d refused: %s", topic.name, index, e)
                 refused[key] = _error(index, ErrorCode(e.error_code), record_errors=getattr(e, "record_errors", ()))

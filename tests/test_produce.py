@@ -512,3 +512,35 @@ async def test_an_unknown_codec_is_unknown_server_error_as_kafkas_compression_ty
         p = await produce_one(local, "t", bytes(bad_crc), partition=1)
         assert (p.error_code, p.log_start_offset) == (ErrorCode.CORRUPT_MESSAGE, -1)  # the CRC comes first
     assert local.store.get("t", 1).end_offset == 0
+
+
+async def test_producer_fields_are_read_from_every_batch_before_the_acks_check(local):
+    """ReplicaManager.handleProduceAppend reads each appended batch's producer id (and a
+    transactional one's epoch and base sequence) before appendRecords checks acks: a batch too
+    short to hold them makes Kafka throw an index error out of the request (UNKNOWN_SERVER_ERROR
+    for every partition, getErrorResponse), and transactional batches of more than one producer
+    fail it with InvalidPidMappingException. A short batch to an unknown topic is never read."""
+    local.topics.create("t", 2)
+    good = batch([b"a"])
+    short = bytearray(good[:32])
+    short[8:12] = (20).to_bytes(4, "big")
+    req = produce_request("t", good, acks=2)
+    req.topic_data.append(TopicProduceData(name="t", partition_data=[PartitionProduceData(index=1, records=short)]))
+    (t,) = (await call(local, req)).responses
+    assert [(p.index, p.error_code) for p in t.partition_responses] == [
+        (0, ErrorCode.UNKNOWN_SERVER_ERROR), (1, ErrorCode.UNKNOWN_SERVER_ERROR)]
+    assert (await produce_one(local, "nope", bytes(short))).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+    def txn(pid):
+        return build_batch([(None, b"a", [])], producer_id=pid, producer_epoch=0, base_sequence=0,
+                           is_transactional=True)
+    req = produce_request("t", txn(5), transactional_id="tx")
+    req.topic_data.append(TopicProduceData(name="t", partition_data=[PartitionProduceData(index=1, records=txn(6))]))
+    (t,) = (await call(local, req)).responses
+    message = "Transactional records contained more than one producer ID"
+    assert [(p.index, p.error_code, p.error_message) for p in t.partition_responses] == [
+        (0, ErrorCode.INVALID_PRODUCER_ID_MAPPING, message), (1, ErrorCode.INVALID_PRODUCER_ID_MAPPING, message)]
+    req.topic_data[1].partition_data[0].records = txn(5)
+    (t,) = (await call(local, req)).responses
+    assert [p.error_code for p in t.partition_responses] == [ErrorCode.INVALID_TXN_STATE] * 2
+    assert local.store.get("t", 0).end_offset == local.store.get("t", 1).end_offset == 0

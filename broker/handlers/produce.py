@@ -20,12 +20,16 @@ every partition), and a request holding transactional batches without a transact
 refused as a whole with TRANSACTIONAL_ID_AUTHORIZATION_FAILED; with an id, transactional batches
 with a producer id get INVALID_TXN_STATE (no producer can be in a transaction: InitProducerId
 refuses transactional ids) and one without is appended, as Kafka verifies only the former.
+Then, still before the acks check, ReplicaManager reads the producer fields of every batch
+appended: one too short to hold them fails the request with UNKNOWN_SERVER_ERROR, and
+transactional batches of two producers with INVALID_PRODUCER_ID_MAPPING.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 
 from protocol.errors import ErrorCode
 from protocol.messages.produce_response import (
@@ -45,6 +49,11 @@ from protocol.records import (
 )
 
 from ..partitions import AppendError
+
+PRODUCER_ID_OFFSET = 43
+PRODUCER_EPOCH_OFFSET = 51  # a batch shorter than this has no whole producer id
+BASE_SEQUENCE_END = 57
+_PRODUCER = struct.Struct(">qh")  # producer id, producer epoch
 
 API_KEY = 0
 MIN_VERSION, MAX_VERSION = 3, 13
@@ -74,6 +83,25 @@ def _has_transactional_batch(req) -> bool:
                     and r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG):
                 return True
     return False
+
+
+def _producers_failure(valid) -> tuple[ErrorCode, str | None] | None:
+    """Kafka's ReplicaManager.handleProduceAppend, which runs before the acks check, reads every
+    batch's producer id, and a transactional one's epoch and base sequence: a batch too short to
+    hold them throws an index error out of the request (UNKNOWN_SERVER_ERROR for every partition),
+    and transactional batches of more than one producer fail it with INVALID_PRODUCER_ID_MAPPING."""
+    producers = set()
+    for _, _, records, size in valid:
+        if size < PRODUCER_EPOCH_OFFSET:
+            return ErrorCode.UNKNOWN_SERVER_ERROR, None
+        pid, epoch = _PRODUCER.unpack_from(records, PRODUCER_ID_OFFSET)
+        if pid >= 0 and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:
+            if size < BASE_SEQUENCE_END:
+                return ErrorCode.UNKNOWN_SERVER_ERROR, None
+            producers.add((pid, epoch))
+    if len(producers) > 1:
+        return ErrorCode.INVALID_PRODUCER_ID_MAPPING, "Transactional records contained more than one producer ID"
+    return None
 
 
 def _topic_response(v: int, td) -> TopicProduceResponse:
@@ -157,6 +185,11 @@ async def handle(ctx, req):
                 refused[key] = _error(index, ErrorCode(e.error_code), record_errors=getattr(e, "record_errors", ()))
                 continue
             valid[key] = (topic, lg, records, size)
+
+    failure = _producers_failure(valid.values())
+    if failure is not None:
+        log.debug("produce refused: %s", failure[1] or "a batch too short for its producer fields")
+        return await _finish(ctx, acks, _error_responses(req, v, *failure), [])
 
     answers = {}
     for key, (topic, lg, records, size) in valid.items():

@@ -26,7 +26,7 @@ from ..log import READ_ERRORS
 from ..metrics import ShareGroupStats, SharePartitionStats, per_topic
 from ..partitions import data_key
 from .offset_reset import resolve_start_offset
-from .partition import _NOT_IN_CACHE, AcquireResult, SharePartition, ShareStateError, Transition
+from .partition import NOT_IN_CACHE, AcquireResult, SharePartition, ShareStateError, Transition
 from .served_records import served_records
 
 if TYPE_CHECKING:
@@ -481,7 +481,7 @@ class SharePartitionManager:
             if leader.sp is None:
                 # Still loading: Kafka caches a share partition before reading its state, so the
                 # acknowledgement meets an empty cache (SharePartition.acknowledge).
-                results[(topic_id, p)] = (ErrorCode.INVALID_RECORD_STATE, _NOT_IN_CACHE)
+                results[(topic_id, p)] = (ErrorCode.INVALID_RECORD_STATE, NOT_IN_CACHE)
                 topics.append((leader.topic, ErrorCode.INVALID_RECORD_STATE))
                 continue
             t = leader.sp.acknowledge(member_id, batches, shape_checked=True)  # split_acks did

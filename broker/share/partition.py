@@ -72,7 +72,7 @@ DEFAULT_LOCK_DURATION_MS = 30_000  # group.share.record.lock.duration.ms
 MAX_DELIVERY_COUNT_VALUE = 0x7FFF
 
 # SharePartition's messages for a refused acknowledgement
-_NOT_IN_CACHE = "Batch record not found. The request batch offsets are not found in the cache."
+NOT_IN_CACHE = "Batch record not found. The request batch offsets are not found in the cache."
 _PAST_FIRST = "Batch record not found. The first offset in request is past acquired records."
 _PAST_LAST = "Batch record not found. The last offset in request is past acquired records."
 _BATCH_NOT_ACQUIRED = "The batch cannot be acknowledged. The batch is not in the acquired state."
@@ -1068,7 +1068,7 @@ class SharePartition:
             if fi < 0 and first < spso:
                 fi = cache.bisect_right(spso) - 1
             if fi < 0:
-                return INVALID_RECORD_STATE, _NOT_IN_CACHE
+                return INVALID_RECORD_STATE, NOT_IN_CACHE
             li = cache.bisect_right(last) - 1
             cached_last = cache.peekitem(li)[1].last
             if cached_last < first:

@@ -247,6 +247,19 @@ def test_producer_whose_records_expired_by_retention_is_forgotten_at_restart(bro
         assert (r.error_code, r.base_offset) == (0, 3)
 
 
+def _two_producers_then_a_crash(b, topic_name) -> tuple[int, int]:
+    """Two idempotent producers write offsets 0 and 1, then the broker is killed (no snapshot)
+    and started again."""
+    with RawClient(b.bootstrap) as c:
+        create_topic(c, topic_name)
+        one, two = init_producer_id(c).producer_id, init_producer_id(c).producer_id
+        assert produce(c, topic_name, batch([b"a"], producer_id=one, epoch=0, seq=0)).base_offset == 0
+        assert produce(c, topic_name, batch([b"b"], producer_id=two, epoch=0, seq=0)).base_offset == 1
+    b.kill()
+    b.start()
+    return one, two
+
+
 def test_a_crash_recovery_leaves_a_snapshot_at_the_log_end(broker_factory, topic_name):
     """Kafka's LogLoader.rebuildProducerState ends with takeSnapshot(): after a crash the state
     it replayed is written at the log end. Records then deleted (DeleteRecords) and a second
@@ -255,13 +268,7 @@ def test_a_crash_recovery_leaves_a_snapshot_at_the_log_end(broker_factory, topic
     from tests.test_delete_records import delete_records
 
     b = broker_factory()
-    with RawClient(b.bootstrap) as c:
-        create_topic(c, topic_name)
-        one, two = init_producer_id(c).producer_id, init_producer_id(c).producer_id
-        assert produce(c, topic_name, batch([b"a"], producer_id=one, epoch=0, seq=0)).base_offset == 0
-        assert produce(c, topic_name, batch([b"b"], producer_id=two, epoch=0, seq=0)).base_offset == 1
-    b.kill()  # no snapshot: the next load replays both batches
-    b.start()
+    one, two = _two_producers_then_a_crash(b, topic_name)  # the load replays both batches
     with RawClient(b.bootstrap) as c:
         assert [p[0] for p in describe_producers(c, (topic_name, [0]))[0][4]] == sorted([one, two])
         assert delete_records(c, (topic_name, 0, 1)) == [(topic_name, 0, 0, 1)]
@@ -280,13 +287,7 @@ def test_delete_records_after_a_crash_keeps_the_producers_it_deletes(broker_fact
     from tests.test_delete_records import delete_records
 
     b = broker_factory()
-    with RawClient(b.bootstrap) as c:
-        create_topic(c, topic_name)
-        one, two = init_producer_id(c).producer_id, init_producer_id(c).producer_id
-        assert produce(c, topic_name, batch([b"a"], producer_id=one, epoch=0, seq=0)).base_offset == 0
-        assert produce(c, topic_name, batch([b"b"], producer_id=two, epoch=0, seq=0)).base_offset == 1
-    b.kill()
-    b.start()
+    one, two = _two_producers_then_a_crash(b, topic_name)
     with RawClient(b.bootstrap) as c:
         assert delete_records(c, (topic_name, 0, 1)) == [(topic_name, 0, 0, 1)]  # the first use
         assert [p[0] for p in describe_producers(c, (topic_name, [0]))[0][4]] == sorted([one, two])

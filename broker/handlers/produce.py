@@ -40,7 +40,10 @@ from protocol.messages.produce_response import (
 )
 from protocol.records import (
     ATTRIBUTES_OFFSET,
+    BASE_SEQUENCE_END,
     MAGIC_OFFSET,
+    PRODUCER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
     TRANSACTIONAL_FLAG,
     CorruptRecordError,
     UnknownCompressionIdError,
@@ -50,9 +53,6 @@ from protocol.records import (
 
 from ..partitions import AppendError
 
-PRODUCER_ID_OFFSET = 43
-PRODUCER_EPOCH_OFFSET = 51  # a batch shorter than this has no whole producer id
-BASE_SEQUENCE_END = 57
 _PRODUCER = struct.Struct(">qh")  # producer id, producer epoch
 
 API_KEY = 0
@@ -92,7 +92,7 @@ def _producers_failure(valid) -> tuple[ErrorCode, str | None] | None:
     and transactional batches of more than one producer fail it with INVALID_PRODUCER_ID_MAPPING."""
     producers = set()
     for _, _, records, size in valid:
-        if size < PRODUCER_EPOCH_OFFSET:
+        if size < PRODUCER_EPOCH_OFFSET:  # no whole producer id
             return ErrorCode.UNKNOWN_SERVER_ERROR, None
         pid, epoch = _PRODUCER.unpack_from(records, PRODUCER_ID_OFFSET)
         if pid >= 0 and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_FLAG:

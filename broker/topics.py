@@ -207,6 +207,18 @@ class TopicRegistry:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic '{name}' collides with existing topic: {other}")
         validate_topic_name(name)
 
+    def new_name_errors(self, names: Iterable[str]) -> dict[str, KafkaError]:
+        """``check_new_name``'s error for each of ``names`` that has one, all checked against the
+        topics as they are now: Kafka's controller checks every name of a request before it
+        creates any (``validateNewTopicNames``), so names of one request never collide."""
+        errors = {}
+        for name in names:
+            try:
+                self.check_new_name(name)
+            except KafkaError as e:
+                errors[name] = e
+        return errors
+
     def create(self, name: str, partitions: int, configs: dict[str, str] | None = None,
                name_checked: bool = False) -> Topic:
         """Create a topic (configs already validated by the caller). ``name_checked``: the caller

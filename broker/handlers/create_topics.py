@@ -106,12 +106,7 @@ async def handle(ctx, req) -> CreateTopicsResponse:
             CreatableTopicResult(name=t.name, error_code=ErrorCode.POLICY_VIOLATION, error_message=message)
             for t in req.topics
         ])
-    name_errors = {}  # Kafka checks every name before creating any (ReplicationControlManager.createTopics)
-    for topic in unique:
-        try:
-            broker.topics.check_new_name(topic.name)
-        except KafkaError as e:
-            name_errors[topic.name] = e
+    name_errors = broker.topics.new_name_errors(t.name for t in unique)
     results = []
     for topic in unique:
         try:

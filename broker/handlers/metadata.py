@@ -84,18 +84,6 @@ def _auto_create(broker, name: str, name_error: KafkaError | None):
     return broker.auto_create_topic(name, name_checked=True)
 
 
-def _name_errors(broker, requested: list) -> dict[str, KafkaError]:
-    """Why each missing name could not be created, checked before any is."""
-    errors = {}
-    for t in requested:
-        if t.name is not None and broker.topics.get(t.name) is None:
-            try:
-                broker.topics.check_new_name(t.name)
-            except KafkaError as e:
-                errors[t.name] = e
-    return errors
-
-
 def _unique(requested: list) -> list:
     """The requested topics once each, in request order (by name, or by id when unnamed)."""
     seen = set()
@@ -151,7 +139,8 @@ async def handle(ctx, req) -> MetadataResponse:
         topics = _by_ids(broker, req.topics, include_ops)
     else:
         allow_create = broker.config["auto.create.topics.enable"] and (v < 4 or req.allow_auto_topic_creation)
-        name_errors = _name_errors(broker, req.topics) if allow_create else {}
+        missing = [t.name for t in req.topics if t.name is not None and broker.topics.get(t.name) is None]
+        name_errors = broker.topics.new_name_errors(missing) if allow_create else {}
         for t in _unique(req.topics):
             if t.name is None:
                 topics.append(_error_topic(ErrorCode.INVALID_REQUEST, None, t.topic_id))
